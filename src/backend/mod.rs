@@ -1,0 +1,106 @@
+//! Backends: the `Backend` trait, capabilities as data, and the tensors that cross the
+//! boundary. `cpu` runs everything; `sim` (feature `sim`, tests only) is a narrower
+//! second memory space for exercising multi-backend plans.
+//!
+//! **Invariant:** backends know graphs, not models, plans or the cache. A backend is
+//! handed one partition at a time through [`PartitionSpec`].
+
+mod capability;
+pub mod cpu;
+#[cfg(feature = "sim")]
+pub mod sim;
+mod step;
+mod tensor;
+
+pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
+pub use step::{KvCache, KvLayout, StepState};
+pub use tensor::{plain_bytes, AlignedBytes, HostTensor, ResidentWeight, SharedBytes, Tensor};
+
+use crate::graph::{BufferPlan, Graph, OpKind, ValueId};
+
+/// Errors raised by backends while compiling or running a partition.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A node the backend cannot run reached it (the plan should have prevented this).
+    #[error("node {node} ({op}) cannot run here: {why}")]
+    Unsupported {
+        /// The node.
+        node: ValueId,
+        /// Its op.
+        op: OpKind,
+        /// The capability's refusal.
+        why: Refusal,
+    },
+    /// A weight the graph names is not in the model.
+    #[error("weight {0:?} not found")]
+    MissingWeight(String),
+    /// A weight exists but differs from what the graph declares.
+    #[error("weight {name:?}: {detail}")]
+    WeightMismatch {
+        /// The weight's name.
+        name: String,
+        /// How it differs.
+        detail: String,
+    },
+    /// A run-time input is missing or malformed.
+    #[error("bad input: {0}")]
+    Input(String),
+    /// The KV cache is missing, too small, or has the wrong layout.
+    #[error("KV cache: {0}")]
+    KvCache(String),
+    /// A device error (allocation, submission, adapter loss).
+    #[error("device: {0}")]
+    Device(String),
+}
+
+/// One partition as handed to [`Backend::compile`].
+#[derive(Debug)]
+pub struct PartitionSpec<'a> {
+    /// The whole (planned) graph; only `nodes` are computed here.
+    pub graph: &'a Graph,
+    /// Nodes to compute, in topological order. Never `Input`, `Weight` or `Transfer`.
+    pub nodes: &'a [ValueId],
+    /// Values `run` receives, in this order (graph inputs and transferred values).
+    pub inputs: &'a [ValueId],
+    /// Values `run` returns, in this order.
+    pub outputs: &'a [ValueId],
+    /// Where intermediate values live, reusing memory by lifetime.
+    pub buffers: &'a BufferPlan,
+}
+
+/// Finds weights by name, made resident in the asking backend's memory space, loaded
+/// at most once per space. Implemented by the cache's `WeightStore`.
+pub trait WeightProvider {
+    /// The weight `name` resident for `backend`.
+    fn resident(&self, name: &str, backend: &dyn Backend) -> Result<ResidentWeight, BackendError>;
+}
+
+/// A compute unit: declares what it can run, makes weights resident, compiles partitions.
+pub trait Backend: Send + Sync {
+    /// Stable id used in plans and keys.
+    fn id(&self) -> BackendId;
+    /// Short name for the CLI (`cpu`, `gpu`, `sim`).
+    fn name(&self) -> &str;
+    /// What this backend runs, detected at start-up.
+    fn capability(&self) -> &Capability;
+    /// Copies (or aliases) a host weight into this backend's memory space.
+    fn upload(&self, weight: &HostTensor) -> Result<ResidentWeight, BackendError>;
+    /// Prepares a partition for repeated runs (kernels, buffers, resolved weights).
+    fn compile(
+        &self,
+        spec: &PartitionSpec<'_>,
+        weights: &dyn WeightProvider,
+    ) -> Result<Box<dyn CompiledPartition>, BackendError>;
+    /// Moves a host tensor into this backend's memory space.
+    fn import(&self, host: Tensor) -> Result<Tensor, BackendError>;
+    /// Moves a tensor of this backend's memory space to the host.
+    fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError>;
+}
+
+/// A compiled partition, owned by one executor.
+pub trait CompiledPartition: Send {
+    /// Runs the partition; returns its outputs fully materialised, in spec order.
+    fn run(&mut self, inputs: &[&Tensor], state: &mut StepState<'_>) -> Result<Vec<Tensor>, BackendError>;
+    /// Bytes this partition holds itself (buffers, kernels), not counting shared weights.
+    fn bytes(&self) -> usize;
+}

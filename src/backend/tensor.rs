@@ -1,0 +1,267 @@
+//! Data that crosses the backend boundary: activation tensors produced and consumed by
+//! partitions, host-side weights (possibly memory-mapped), and weights made resident in
+//! a backend's memory space.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use super::{BackendError, MemorySpace};
+use crate::graph::{DType, Shape};
+
+/// Owned bytes aligned to 8, so they can be viewed as `f32`, `i32`, `f16` or `bf16`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> AlignedBytes {
+        AlignedBytes {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    /// A copy of `bytes`.
+    pub fn copy_from(bytes: &[u8]) -> AlignedBytes {
+        let mut out = AlignedBytes::zeroed(bytes.len());
+        out.as_bytes_mut().copy_from_slice(bytes);
+        out
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The bytes, mutably.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes viewed as elements of `T` (length must be a multiple of its size).
+    pub fn view<T: bytemuck::Pod>(&self) -> &[T] {
+        bytemuck::cast_slice(self.as_bytes())
+    }
+
+    /// The bytes viewed mutably as elements of `T`.
+    pub fn view_mut<T: bytemuck::Pod>(&mut self) -> &mut [T] {
+        bytemuck::cast_slice_mut(self.as_bytes_mut())
+    }
+}
+
+/// A dense activation value in some memory space.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Element type (never a block format).
+    pub dtype: DType,
+    /// Dimensions, row-major.
+    pub shape: Shape,
+    /// Which memory space holds `data`.
+    pub space: MemorySpace,
+    /// The elements.
+    pub data: AlignedBytes,
+}
+
+impl Tensor {
+    /// A host tensor of `f32` values.
+    pub fn from_f32(shape: impl Into<Shape>, values: &[f32]) -> Result<Tensor, BackendError> {
+        Tensor::from_pod(DType::F32, shape.into(), values)
+    }
+
+    /// A host tensor of `i32` values.
+    pub fn from_i32(shape: impl Into<Shape>, values: &[i32]) -> Result<Tensor, BackendError> {
+        Tensor::from_pod(DType::I32, shape.into(), values)
+    }
+
+    /// A zero-filled host tensor.
+    pub fn zeros(dtype: DType, shape: impl Into<Shape>) -> Result<Tensor, BackendError> {
+        let shape = shape.into();
+        let len = plain_bytes(dtype, &shape)?;
+        Ok(Tensor {
+            dtype,
+            shape,
+            space: MemorySpace::HOST,
+            data: AlignedBytes::zeroed(len),
+        })
+    }
+
+    fn from_pod<T: bytemuck::Pod>(
+        dtype: DType,
+        shape: Shape,
+        values: &[T],
+    ) -> Result<Tensor, BackendError> {
+        if shape.checked_numel() != Some(values.len()) {
+            return Err(BackendError::Input(format!(
+                "{} values do not fill shape {shape}",
+                values.len()
+            )));
+        }
+        Ok(Tensor {
+            dtype,
+            shape,
+            space: MemorySpace::HOST,
+            data: AlignedBytes::copy_from(bytemuck::cast_slice(values)),
+        })
+    }
+
+    /// The values as `f32`, converting from f16/bf16/i32.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self.dtype {
+            DType::F32 => self.data.view::<f32>().to_vec(),
+            DType::F16 => self.data.view::<f16>().iter().map(|v| v.to_f32()).collect(),
+            DType::BF16 => self.data.view::<bf16>().iter().map(|v| v.to_f32()).collect(),
+            DType::I32 => self.data.view::<i32>().iter().map(|&v| v as f32).collect(),
+            _ => unreachable!("activations are never block formats"),
+        }
+    }
+
+    /// This tensor converted to `dtype` (host-side; used by transfers and casts).
+    pub fn converted(&self, dtype: DType) -> Result<Tensor, BackendError> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let len = plain_bytes(dtype, &self.shape)?;
+        let mut data = AlignedBytes::zeroed(len);
+        let values = self.to_f32_vec();
+        match dtype {
+            DType::F32 => data.view_mut::<f32>().copy_from_slice(&values),
+            DType::F16 => data
+                .view_mut::<f16>()
+                .iter_mut()
+                .zip(&values)
+                .for_each(|(o, &v)| *o = f16::from_f32(v)),
+            DType::BF16 => data
+                .view_mut::<bf16>()
+                .iter_mut()
+                .zip(&values)
+                .for_each(|(o, &v)| *o = bf16::from_f32(v)),
+            DType::I32 => data
+                .view_mut::<i32>()
+                .iter_mut()
+                .zip(&values)
+                .for_each(|(o, &v)| *o = v as i32),
+            _ => unreachable!("plain_bytes rejects block formats"),
+        }
+        Ok(Tensor {
+            dtype,
+            shape: self.shape.clone(),
+            space: self.space,
+            data,
+        })
+    }
+}
+
+/// Byte size of a dense activation of `dtype` and `shape`.
+pub fn plain_bytes(dtype: DType, shape: &Shape) -> Result<usize, BackendError> {
+    if dtype.is_quantized() {
+        return Err(BackendError::Input(format!(
+            "activations cannot be {dtype}; block formats are for weights"
+        )));
+    }
+    shape
+        .checked_numel()
+        .and_then(|n| dtype.bytes_for(n))
+        .ok_or_else(|| BackendError::Input(format!("shape {shape} is too large")))
+}
+
+/// Bytes owned by something else (a memory map, a vector), shared by `Arc`.
+#[derive(Clone)]
+pub struct SharedBytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl SharedBytes {
+    /// The range `start..start + len` of `owner`, or `None` when it is out of bounds.
+    pub fn new(
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+        len: usize,
+    ) -> Option<SharedBytes> {
+        let end = start.checked_add(len)?;
+        ((*owner).as_ref().len() >= end).then_some(SharedBytes { owner, start, len })
+    }
+
+    /// Wraps an owned vector.
+    pub fn from_vec(bytes: Vec<u8>) -> SharedBytes {
+        let len = bytes.len();
+        SharedBytes {
+            owner: Arc::new(bytes),
+            start: 0,
+            len,
+        }
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.len)
+    }
+}
+
+/// A weight as stored in the model file: any dtype, block formats included.
+#[derive(Clone, Debug)]
+pub struct HostTensor {
+    /// Element or block type.
+    pub dtype: DType,
+    /// Logical dimensions (elements, not blocks).
+    pub shape: Shape,
+    /// The raw bytes, in GGUF block layout for block formats.
+    pub data: SharedBytes,
+}
+
+impl HostTensor {
+    /// Checks that `data` holds exactly `shape` in `dtype`.
+    pub fn new(dtype: DType, shape: Shape, data: SharedBytes) -> Result<HostTensor, BackendError> {
+        let want = shape
+            .checked_numel()
+            .filter(|_| dtype.bytes_for(shape.last()).is_some())
+            .and_then(|n| dtype.bytes_for(n));
+        if want != Some(data.as_bytes().len()) {
+            return Err(BackendError::Input(format!(
+                "{} bytes do not hold a {dtype} tensor of shape {shape}",
+                data.as_bytes().len()
+            )));
+        }
+        Ok(HostTensor { dtype, shape, data })
+    }
+}
+
+/// A weight made resident in one backend's memory space. The backend that made it
+/// knows the concrete type inside; everyone else only shares the `Arc`.
+#[derive(Clone)]
+pub struct ResidentWeight {
+    /// Where it lives.
+    pub space: MemorySpace,
+    /// Bytes it occupies there (0 when it aliases the host copy).
+    pub bytes: usize,
+    /// The backend-specific handle.
+    pub handle: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for ResidentWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ResidentWeight({:?}, {} bytes)", self.space, self.bytes)
+    }
+}
