@@ -6,6 +6,7 @@
 //! handed one partition at a time through [`PartitionSpec`].
 
 mod capability;
+mod set;
 pub mod cpu;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -13,6 +14,7 @@ mod step;
 mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
+pub use set::BackendSet;
 pub use step::{KvCache, KvLayout, StepState};
 pub use tensor::{plain_bytes, AlignedBytes, HostTensor, ResidentWeight, SharedBytes, Tensor};
 

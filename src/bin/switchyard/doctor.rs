@@ -1,0 +1,68 @@
+//! `switchyard doctor`: the backends found, their detected versions and capabilities.
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+
+use switchyard::backend::{cpu::CpuBackend, Backend, Capability};
+
+/// Flags of `switchyard doctor`.
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    version: &'static str,
+    commit: &'static str,
+    backends: Vec<BackendReport<'a>>,
+}
+
+#[derive(Serialize)]
+struct BackendReport<'a> {
+    id: u8,
+    name: &'a str,
+    capability: &'a Capability,
+}
+
+/// Prints the report.
+pub fn run(args: &DoctorArgs) -> Result<()> {
+    let cpu = CpuBackend::new(None);
+    let backends: Vec<&dyn Backend> = vec![&cpu];
+    let report = Report {
+        version: env!("CARGO_PKG_VERSION"),
+        commit: env!("SWITCHYARD_GIT_COMMIT"),
+        backends: backends
+            .iter()
+            .map(|b| BackendReport {
+                id: b.id().0,
+                name: b.name(),
+                capability: b.capability(),
+            })
+            .collect(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("switchyard {} ({})", report.version, report.commit);
+    for b in &report.backends {
+        let cap = b.capability;
+        println!();
+        println!("backend {} (id {}): {}", b.name, b.id, cap.version);
+        println!(
+            "  priority {}, memory space {}, max dims {}, alignment {}",
+            cap.priority, cap.memory_space.0, cap.max_dims, cap.alignment
+        );
+        let ops: Vec<&str> = cap.ops.kinds().map(|k| k.name()).collect();
+        println!("  ops:    {}", ops.join(" "));
+        let dtypes: Vec<&str> = cap.dtypes.dtypes().map(|d| d.name()).collect();
+        println!("  dtypes: {}", dtypes.join(" "));
+    }
+    println!();
+    println!("gpu: not built into this version (the wgpu backend is a later capability)");
+    Ok(())
+}
