@@ -7,4 +7,5 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod cache;
 pub mod graph;

@@ -1,0 +1,61 @@
+//! The cheap cache key: which model, which phase, which shape bucket, which backends.
+//! It finds a compiled executor without tracing the step.
+
+use serde::Serialize;
+
+/// Which kind of step a graph computes. Prefill and decode of the same bucket are
+/// different graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Phase {
+    /// A chunk of prompt tokens.
+    Prefill,
+    /// One new token per sequence.
+    Decode,
+}
+
+/// Identifies a step by what determines its graph, so that a decode loop can find its
+/// executor without tracing. The caller must fold everything that changes the traced
+/// graph or the plan (model weights and config, backend versions) into the two
+/// fingerprints; the structural key stays the source of truth on a step-index miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct StepKey {
+    /// Fingerprint of the model (config and weight layout), see [`fingerprint`].
+    pub model: u64,
+    /// Prefill or decode.
+    pub phase: Phase,
+    /// Shape bucket (tokens per chunk for prefill, batch for decode).
+    pub bucket: u32,
+    /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
+    pub backends: u64,
+}
+
+/// A 64-bit fingerprint (XXH3) of `bytes`, for the fields of a [`StepKey`].
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_stable_and_distinguish_inputs() {
+        assert_eq!(fingerprint(b"llama"), fingerprint(b"llama"));
+        assert_ne!(fingerprint(b"llama"), fingerprint(b"llamb"));
+    }
+
+    #[test]
+    fn phase_is_part_of_the_key() {
+        let decode = StepKey {
+            model: fingerprint(b"m"),
+            phase: Phase::Decode,
+            bucket: 1,
+            backends: fingerprint(b"cpu"),
+        };
+        let prefill = StepKey {
+            phase: Phase::Prefill,
+            ..decode
+        };
+        assert_ne!(decode, prefill);
+    }
+}
