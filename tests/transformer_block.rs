@@ -10,10 +10,13 @@ use switchyard::backend::{
     cpu::CpuBackend, sim::SimBackend, Backend, BackendError, BackendSet, HostTensor, KvCache,
     KvLayout, SharedBytes, StepState, Tensor,
 };
-use switchyard::cache::{CacheBudget, GraphCache, Phase, StepKey, WeightSource, WeightStore};
+use switchyard::cache::{
+    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightSource,
+    WeightStore,
+};
 use switchyard::exec::Executor;
 use switchyard::graph::{
-    eliminate_dead_code, AttentionParams, DType, Graph, GraphBuilder, Op, RopeMode,
+    AttentionParams, DType, Graph, GraphBuilder, Op, RopeMode,
 };
 use switchyard::plan::{partition, Placement, Policy};
 
@@ -250,17 +253,12 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             bucket: n as u32,
             backends: set.fingerprint(),
         };
-        let executor = cache
-            .get_or_compile(
-                &key,
-                || {
-                    let graph = eliminate_dead_code(&block_graph(n));
-                    let plan = partition(&graph, &set.capabilities(), &Policy::default())?;
-                    Ok::<_, Box<dyn std::error::Error>>(plan)
-                },
-                |plan| Executor::compile(plan, &set, &store).map_err(Into::into),
-            )
-            .unwrap();
+        let context = CompileContext {
+            backends: &set,
+            policy: &Policy::default(),
+            weights: &store,
+        };
+        let executor = get_or_compile(&mut cache, &key, &context, || Ok(block_graph(n))).unwrap();
         sim_nodes = executor
             .plan()
             .placement
