@@ -179,7 +179,7 @@ impl GraphBuilder {
         if p.dtype != DType::I32 {
             return Err(dtype_error(OpKind::Rope, 1, p.dtype, "i32"));
         }
-        if n_rot == 0 || n_rot % 2 != 0 || n_rot as usize > xs.shape.last() {
+        if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot as usize > xs.shape.last() {
             return Err(GraphError::Attribute {
                 op: OpKind::Rope,
                 detail: format!("n_rot {n_rot} must be even, positive and ≤ head dim {}", xs.shape.last()),
@@ -199,7 +199,7 @@ impl GraphBuilder {
         let qs = self.float_operand(OpKind::Attention, 0, q)?.clone();
         let ks = self.float_operand(OpKind::Attention, 1, k)?.shape.clone();
         let vs = self.float_operand(OpKind::Attention, 2, v)?.shape.clone();
-        if p.n_kv_heads == 0 || p.head_dim == 0 || p.n_heads % p.n_kv_heads != 0 {
+        if p.n_kv_heads == 0 || p.head_dim == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(GraphError::Attribute {
                 op: OpKind::Attention,
                 detail: format!(

@@ -97,7 +97,7 @@ impl DType {
     /// number of blocks or the size overflows.
     pub fn bytes_for(self, n_elems: usize) -> Option<usize> {
         let block = self.block_elems();
-        if n_elems % block != 0 {
+        if !n_elems.is_multiple_of(block) {
             return None;
         }
         (n_elems / block).checked_mul(self.block_bytes())
