@@ -9,3 +9,4 @@
 pub mod backend;
 pub mod cache;
 pub mod graph;
+pub mod plan;

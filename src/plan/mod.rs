@@ -4,8 +4,12 @@
 //!
 //! **Invariant:** the planner reads capabilities (data), never kernels.
 
+mod cost;
 mod explain;
 mod partition;
+mod smooth;
+#[cfg(test)]
+mod testutil;
 
 pub use explain::{to_dot, to_text};
 pub use partition::partition;
@@ -127,6 +131,9 @@ pub enum PlanError {
     /// The policy's fallback is not among the backends.
     #[error("fallback backend {0} is not among the backends offered")]
     NoFallback(BackendId),
+    /// Two backends were offered under the same id.
+    #[error("backend {0} is offered twice")]
+    DuplicateBackend(BackendId),
 }
 
 fn describe_refusals(refusals: &[(BackendId, Refusal)]) -> String {
