@@ -15,9 +15,7 @@ use switchyard::cache::{
     WeightStore,
 };
 use switchyard::exec::Executor;
-use switchyard::graph::{
-    AttentionParams, DType, Graph, GraphBuilder, Op, RopeMode,
-};
+use switchyard::graph::{AttentionParams, DType, Graph, GraphBuilder, Op, RopeMode};
 use switchyard::plan::{partition, Placement, Policy};
 
 const D: usize = 64;
@@ -33,7 +31,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     }
     fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
@@ -75,7 +76,11 @@ impl WeightSource for Weights {
             .get(name)
             .ok_or_else(|| BackendError::MissingWeight(name.into()))?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        HostTensor::new(DType::F32, shape.clone().into(), SharedBytes::from_vec(bytes))
+        HostTensor::new(
+            DType::F32,
+            shape.clone().into(),
+            SharedBytes::from_vec(bytes),
+        )
     }
 }
 
@@ -101,8 +106,12 @@ fn block_graph(n: usize) -> Graph {
     let v = b.matmul(h, wv).unwrap();
     let q = b.reshape(q, [n, H, DH]).unwrap();
     let k = b.reshape(k, [n, HKV, DH]).unwrap();
-    let q = b.rope(q, pos, RopeMode::Neox, DH as u32, BASE, 1.0).unwrap();
-    let k = b.rope(k, pos, RopeMode::Neox, DH as u32, BASE, 1.0).unwrap();
+    let q = b
+        .rope(q, pos, RopeMode::Neox, DH as u32, BASE, 1.0)
+        .unwrap();
+    let k = b
+        .rope(k, pos, RopeMode::Neox, DH as u32, BASE, 1.0)
+        .unwrap();
     let q = b.reshape(q, [n, H * DH]).unwrap();
     let k = b.reshape(k, [n, HKV * DH]).unwrap();
     let params = AttentionParams {
@@ -143,7 +152,10 @@ impl Reference<'_> {
     fn rms_norm(&self, x: &[f32], name: &str) -> Vec<f32> {
         let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
         let scale = 1.0 / (ms + EPS).sqrt();
-        x.iter().zip(self.w.get(name)).map(|(v, g)| v * scale * g).collect()
+        x.iter()
+            .zip(self.w.get(name))
+            .map(|(v, g)| v * scale * g)
+            .collect()
     }
 
     fn rope(x: &mut [f32], pos: usize) {
@@ -221,7 +233,10 @@ fn kv_cache() -> KvCache {
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Runs a prefill of 3 tokens then 3 single-token decode steps through the graph cache,
@@ -246,7 +261,11 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
     for (step, n) in [3usize, 1, 1, 1].into_iter().enumerate() {
         let x = rng.vec(n * D, 2.0, 0.0);
         let positions: Vec<i32> = (kv_len as i32..(kv_len + n) as i32).collect();
-        let phase = if step == 0 { Phase::Prefill } else { Phase::Decode };
+        let phase = if step == 0 {
+            Phase::Prefill
+        } else {
+            Phase::Decode
+        };
         let key = StepKey {
             model: 1,
             phase,
@@ -290,7 +309,10 @@ fn cpu_only_plan_matches_reference_and_decode_compiles_once() {
     let (stats, sim_nodes) = run_sequence(false);
     assert_eq!(sim_nodes, 0);
     assert_eq!(stats.compiles, 2, "one prefill and one decode executor");
-    assert_eq!(stats.step_hits, 2, "decode steps 2 and 3 hit without tracing");
+    assert_eq!(
+        stats.step_hits, 2,
+        "decode steps 2 and 3 hit without tracing"
+    );
 }
 
 #[test]
@@ -310,7 +332,10 @@ fn sim_plan_places_only_what_sim_supports_and_transfers_at_boundaries() {
     for (idx, node) in plan.graph.nodes().iter().enumerate() {
         if plan.placement[idx] == Placement::On(switchyard::backend::BackendId::SIM) {
             assert!(
-                !matches!(node.op, Op::Attention { .. } | Op::RmsNorm { .. } | Op::Rope { .. }),
+                !matches!(
+                    node.op,
+                    Op::Attention { .. } | Op::RmsNorm { .. } | Op::Rope { .. }
+                ),
                 "sim cannot run {:?}",
                 node.op
             );

@@ -254,6 +254,9 @@ mod tests {
             })
         );
         assert_eq!(cap.supports(&g, s), Err(Refusal::Op(OpKind::Softmax)));
-        assert!(matches!(cap.supports(&g, z), Err(Refusal::Alignment { dim: 20, .. })));
+        assert!(matches!(
+            cap.supports(&g, z),
+            Err(Refusal::Alignment { dim: 20, .. })
+        ));
     }
 }

@@ -6,8 +6,8 @@
 //! handed one partition at a time through [`PartitionSpec`].
 
 mod capability;
-mod set;
 pub mod cpu;
+mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod step;
@@ -102,7 +102,11 @@ pub trait Backend: Send + Sync {
 /// A compiled partition, owned by one executor.
 pub trait CompiledPartition: Send {
     /// Runs the partition; returns its outputs fully materialised, in spec order.
-    fn run(&mut self, inputs: &[&Tensor], state: &mut StepState<'_>) -> Result<Vec<Tensor>, BackendError>;
+    fn run(
+        &mut self,
+        inputs: &[&Tensor],
+        state: &mut StepState<'_>,
+    ) -> Result<Vec<Tensor>, BackendError>;
     /// Bytes this partition holds itself (buffers, kernels), not counting shared weights.
     fn bytes(&self) -> usize;
 }

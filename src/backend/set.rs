@@ -41,12 +41,16 @@ impl BackendSet {
 
     /// `(id, capability)` pairs, as the partitioner takes them.
     pub fn capabilities(&self) -> Vec<(BackendId, &Capability)> {
-        self.backends.iter().map(|b| (b.id(), b.capability())).collect()
+        self.backends
+            .iter()
+            .map(|b| (b.id(), b.capability()))
+            .collect()
     }
 
     /// The name of backend `id`, or its id when absent.
     pub fn name_of(&self, id: BackendId) -> String {
-        self.get(id).map_or_else(|| id.to_string(), |b| b.name().to_string())
+        self.get(id)
+            .map_or_else(|| id.to_string(), |b| b.name().to_string())
     }
 
     /// Appends every backend's id, name and detected version to a key.

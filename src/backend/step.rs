@@ -74,6 +74,9 @@ pub struct StepState<'a> {
 impl StepState<'_> {
     /// State for a graph without attention.
     pub fn stateless() -> StepState<'static> {
-        StepState { kv_len: 0, kv: None }
+        StepState {
+            kv_len: 0,
+            kv: None,
+        }
     }
 }

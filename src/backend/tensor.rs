@@ -124,7 +124,12 @@ impl Tensor {
         match self.dtype {
             DType::F32 => self.data.view::<f32>().to_vec(),
             DType::F16 => self.data.view::<f16>().iter().map(|v| v.to_f32()).collect(),
-            DType::BF16 => self.data.view::<bf16>().iter().map(|v| v.to_f32()).collect(),
+            DType::BF16 => self
+                .data
+                .view::<bf16>()
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
             DType::I32 => self.data.view::<i32>().iter().map(|&v| v as f32).collect(),
             _ => unreachable!("activations are never block formats"),
         }

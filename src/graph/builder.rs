@@ -53,7 +53,12 @@ impl GraphBuilder {
     pub fn input(&mut self, name: &str, dtype: DType, shape: impl Into<Shape>) -> Built {
         let shape = shape.into();
         if dtype.is_quantized() {
-            return Err(dtype_error(OpKind::Input, 0, dtype, "f32, f16, bf16 or i32"));
+            return Err(dtype_error(
+                OpKind::Input,
+                0,
+                dtype,
+                "f32, f16, bf16 or i32",
+            ));
         }
         self.push(Op::Input { name: name.into() }, vec![], shape, dtype)
     }
@@ -97,7 +102,12 @@ impl GraphBuilder {
         if wn.shape.rank() != 2 || xs.shape.last() != wn.shape.dims()[1] {
             return Err(shape_error(
                 OpKind::MatMul,
-                format!("x {} needs w [N, {}], got {}", xs.shape, xs.shape.last(), wn.shape),
+                format!(
+                    "x {} needs w [N, {}], got {}",
+                    xs.shape,
+                    xs.shape.last(),
+                    wn.shape
+                ),
             ));
         }
         let mut dims = xs.shape.dims().to_vec();
@@ -155,7 +165,12 @@ impl GraphBuilder {
         let xs = self.float_operand(OpKind::LayerNorm, 0, x)?.clone();
         self.check_vector(OpKind::LayerNorm, weight, xs.shape.last())?;
         self.check_vector(OpKind::LayerNorm, bias, xs.shape.last())?;
-        self.push(Op::LayerNorm { eps }, vec![x, weight, bias], xs.shape, xs.dtype)
+        self.push(
+            Op::LayerNorm { eps },
+            vec![x, weight, bias],
+            xs.shape,
+            xs.dtype,
+        )
     }
 
     /// Rotary embedding of `x [N, H, Dh]` at `positions [N]`.
@@ -173,7 +188,10 @@ impl GraphBuilder {
         if xs.shape.rank() != 3 || p.shape.dims() != [xs.shape.dims()[0]] {
             return Err(shape_error(
                 OpKind::Rope,
-                format!("x {} must be [N, H, Dh] and positions [N], got {}", xs.shape, p.shape),
+                format!(
+                    "x {} must be [N, H, Dh] and positions [N], got {}",
+                    xs.shape, p.shape
+                ),
             ));
         }
         if p.dtype != DType::I32 {
@@ -182,7 +200,10 @@ impl GraphBuilder {
         if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot as usize > xs.shape.last() {
             return Err(GraphError::Attribute {
                 op: OpKind::Rope,
-                detail: format!("n_rot {n_rot} must be even, positive and ≤ head dim {}", xs.shape.last()),
+                detail: format!(
+                    "n_rot {n_rot} must be even, positive and ≤ head dim {}",
+                    xs.shape.last()
+                ),
             });
         }
         let op = Op::Rope {
@@ -248,7 +269,9 @@ impl GraphBuilder {
         let n = self.node(x)?.clone();
         let mut seen = vec![false; n.shape.rank()];
         let valid = perm.len() == n.shape.rank()
-            && perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+            && perm
+                .iter()
+                .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
         if !valid {
             return Err(shape_error(
                 OpKind::Transpose,
@@ -283,11 +306,19 @@ impl GraphBuilder {
             if !same_other {
                 return Err(shape_error(
                     OpKind::Concat,
-                    format!("part {i} {} does not match {} off axis {axis}", n.shape, first.shape),
+                    format!(
+                        "part {i} {} does not match {} off axis {axis}",
+                        n.shape, first.shape
+                    ),
                 ));
             }
             if n.dtype != first.dtype {
-                return Err(dtype_error(OpKind::Concat, i, n.dtype, "the first part's dtype"));
+                return Err(dtype_error(
+                    OpKind::Concat,
+                    i,
+                    n.dtype,
+                    "the first part's dtype",
+                ));
             }
             dims[axis] += n.shape.dims()[axis];
         }
@@ -351,7 +382,10 @@ impl GraphBuilder {
     fn check_vector(&self, op: OpKind, id: ValueId, len: usize) -> Result<(), GraphError> {
         let n = self.node(id)?;
         if n.shape.dims() != [len] {
-            return Err(shape_error(op, format!("parameter {} must be [{len}]", n.shape)));
+            return Err(shape_error(
+                op,
+                format!("parameter {} must be [{len}]", n.shape),
+            ));
         }
         if n.dtype.is_quantized() || n.dtype == DType::I32 {
             return Err(dtype_error(op, 1, n.dtype, "f32, f16 or bf16"));
@@ -435,6 +469,9 @@ mod tests {
             head_dim: 2,
             scale: 1.0,
         };
-        assert!(matches!(b.attention(q, k, k, p), Err(GraphError::Attribute { .. })));
+        assert!(matches!(
+            b.attention(q, k, k, p),
+            Err(GraphError::Attribute { .. })
+        ));
     }
 }

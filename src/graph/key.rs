@@ -206,9 +206,18 @@ mod tests {
 
     #[test]
     fn equal_graphs_have_equal_keys_and_any_change_differs() {
-        assert_eq!(block(8, 1e-5).structural_key(), block(8, 1e-5).structural_key());
-        assert_ne!(block(8, 1e-5).structural_key(), block(16, 1e-5).structural_key());
-        assert_ne!(block(8, 1e-5).structural_key(), block(8, 1e-6).structural_key());
+        assert_eq!(
+            block(8, 1e-5).structural_key(),
+            block(8, 1e-5).structural_key()
+        );
+        assert_ne!(
+            block(8, 1e-5).structural_key(),
+            block(16, 1e-5).structural_key()
+        );
+        assert_ne!(
+            block(8, 1e-5).structural_key(),
+            block(8, 1e-6).structural_key()
+        );
     }
 
     #[test]

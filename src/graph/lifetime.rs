@@ -39,7 +39,11 @@ impl BufferPlan {
                     .enumerate()
                     .filter(|(_, &s)| plan.slot_bytes[s] >= need)
                     .min_by_key(|(_, &s)| plan.slot_bytes[s])
-                    .or_else(|| free.iter().enumerate().max_by_key(|(_, &s)| plan.slot_bytes[s]))
+                    .or_else(|| {
+                        free.iter()
+                            .enumerate()
+                            .max_by_key(|(_, &s)| plan.slot_bytes[s])
+                    })
                     .map(|(i, _)| i)
                     .map(|i| free.swap_remove(i))
             };
@@ -50,7 +54,9 @@ impl BufferPlan {
             plan.slot_bytes[slot] = plan.slot_bytes[slot].max(need);
             plan.slot_of.insert(id, slot);
             let dead = graph.node(id).inputs.iter().copied().filter(|input| {
-                last_use.get(input) == Some(&step) && plan.slot_of.contains_key(input) && !keep.contains(input)
+                last_use.get(input) == Some(&step)
+                    && plan.slot_of.contains_key(input)
+                    && !keep.contains(input)
             });
             let mut dead: Vec<ValueId> = dead.collect();
             dead.dedup();
@@ -95,7 +101,8 @@ mod tests {
         }
         let g = b.finish(vec![v]).unwrap();
         let plan = BufferPlan::new(&g, &chain, &[v], |_| 16);
-        let distinct: std::collections::HashSet<_> = chain[..5].iter().map(|&c| plan.slot(c).unwrap()).collect();
+        let distinct: std::collections::HashSet<_> =
+            chain[..5].iter().map(|&c| plan.slot(c).unwrap()).collect();
         assert_eq!(distinct.len(), 2);
         assert!(!distinct.contains(&plan.slot(v).unwrap()));
         // A value and its reader never share a slot.

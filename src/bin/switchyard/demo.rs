@@ -70,7 +70,9 @@ pub struct RandomWeights {
 impl RandomWeights {
     /// Weights for `graph`, seeded by `seed`.
     pub fn for_graph(graph: &Graph, seed: u64) -> Result<RandomWeights, BackendError> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut state = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut tensors = HashMap::new();
         for node in graph.nodes() {
             let switchyard::graph::Op::Weight { name } = &node.op else {
@@ -79,7 +81,9 @@ impl RandomWeights {
             let is_norm = node.shape.rank() == 1;
             let values: Vec<f32> = (0..node.shape.numel())
                 .map(|_| {
-                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     let unit = (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
                     if is_norm {
                         1.0 + 0.2 * unit
