@@ -213,7 +213,6 @@ impl CompiledPartition for CpuPartition {
             pool,
             ..
         } = self;
-        let threads = pool.current_num_threads();
         pool.install(|| {
             for step in steps.iter() {
                 let mut out = std::mem::take(&mut slots[step.slot]);
@@ -224,7 +223,7 @@ impl CompiledPartition for CpuPartition {
                         .map(|o| view(o, inputs, slots))
                         .collect();
                     let target = &mut out.as_bytes_mut()[..step.bytes];
-                    run_node(step.id, &step.node, &views, target, state, threads)
+                    run_node(step.id, &step.node, &views, target, state)
                 };
                 slots[step.slot] = out;
                 result?;
@@ -274,6 +273,7 @@ fn value_bytes(node: &Node, id: ValueId) -> Result<usize, BackendError> {
         })
 }
 
+/// An operand of `node`'s dtype and shape read from `source`.
 fn operand(source: Source, node: &Node, id: ValueId) -> Result<Operand, BackendError> {
     Ok(Operand {
         source,

@@ -19,7 +19,6 @@ pub(super) fn run_node(
     inputs: &[View<'_>],
     out: &mut [u8],
     state: &mut StepState<'_>,
-    threads: usize,
 ) -> Result<(), BackendError> {
     let arg = |i: usize| {
         inputs.get(i).copied().ok_or_else(|| {
@@ -45,7 +44,7 @@ pub(super) fn run_node(
                 n,
                 k,
             };
-            with_f32_out(dtype, out, |o| matmul(&x, m, weight, o, threads))
+            with_f32_out(dtype, out, |o| matmul(&x, m, weight, o))
         }
         Op::Add | Op::Mul => {
             let (a, b) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?);
@@ -160,6 +159,7 @@ fn matrix_dims(id: ValueId, v: &View<'_>) -> Result<(usize, usize), BackendError
     }
 }
 
+/// Copies `src` into `out`, which must be the same size.
 fn copy(src: &[u8], out: &mut [u8]) -> Result<(), BackendError> {
     if src.len() != out.len() {
         return Err(BackendError::Input(format!(
@@ -205,14 +205,14 @@ mod tests {
         };
         let mut out = [0u8; 8];
         let mut state = StepState::stateless();
-        run_node(ValueId(1), &node, &[x], &mut out, &mut state, 1).unwrap();
+        run_node(ValueId(1), &node, &[x], &mut out, &mut state).unwrap();
         assert_eq!(out[..4], 1i32.to_le_bytes());
         assert_eq!(out[4..], (-3i32).to_le_bytes());
         let input = Node {
             op: Op::Input { name: "x".into() },
             ..node
         };
-        let err = run_node(ValueId(1), &input, &[], &mut out, &mut state, 1);
+        let err = run_node(ValueId(1), &input, &[], &mut out, &mut state);
         assert!(matches!(err, Err(BackendError::Unsupported { .. })));
     }
 }

@@ -88,6 +88,7 @@ impl Backend for CpuBackend {
     }
 }
 
+/// An input error unless `tensor` lives in host memory.
 fn check_host(tensor: &Tensor) -> Result<(), BackendError> {
     if tensor.space != MemorySpace::HOST {
         return Err(BackendError::Input(format!(

@@ -34,6 +34,7 @@ pub(super) fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<
     Ok(())
 }
 
+/// The little-endian f16 at byte `at` of `b`, as f32.
 fn half_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }

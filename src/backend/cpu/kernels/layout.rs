@@ -12,6 +12,7 @@ fn strides(dims: &[usize]) -> Vec<usize> {
     s
 }
 
+/// The error for operands whose byte sizes contradict their shapes.
 fn size_error(what: &str) -> BackendError {
     BackendError::Input(format!("{what}: operand sizes do not match their shapes"))
 }

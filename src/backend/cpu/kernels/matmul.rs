@@ -29,13 +29,12 @@ pub(crate) struct Weight<'a> {
     pub k: usize,
 }
 
-/// `out [m, n] = x [m, k] · wᵀ`, using `threads` workers of the current pool.
+/// `out [m, n] = x [m, k] · wᵀ`, on the current rayon pool.
 pub(crate) fn matmul(
     x: &[f32],
     m: usize,
     w: Weight<'_>,
     out: &mut [f32],
-    threads: usize,
 ) -> Result<(), BackendError> {
     let row_bytes = w
         .dtype
@@ -58,7 +57,7 @@ pub(crate) fn matmul(
     }
     if w.dtype == DType::F32 {
         if let Ok(wf) = bytemuck::try_cast_slice::<u8, f32>(w.bytes) {
-            gemm_xwt(x, m, wf, w.n, w.k, out, 0, threads);
+            gemm_xwt(x, m, wf, w.n, w.k, out, 0);
             return Ok(());
         }
     }
@@ -73,7 +72,7 @@ pub(crate) fn matmul(
         dst.par_chunks_mut(w.k.max(1))
             .zip(src.par_chunks(row_bytes.max(1)))
             .try_for_each(|(o, b)| dequantize(w.dtype, b, o))?;
-        gemm_xwt(x, m, dst, rows, w.k, out, n0, threads);
+        gemm_xwt(x, m, dst, rows, w.k, out, n0);
     }
     Ok(())
 }
@@ -115,17 +114,8 @@ fn dot_rows(
 
 /// `out[i, col0 + j] = Σ_k x[i, k] · w[j, k]` for `j < n`, `out` having rows of
 /// `stride` ≥ `col0 + n`.
-#[allow(clippy::too_many_arguments)]
-fn gemm_xwt(
-    x: &[f32],
-    m: usize,
-    w: &[f32],
-    n: usize,
-    k: usize,
-    out: &mut [f32],
-    col0: usize,
-    threads: usize,
-) {
+fn gemm_xwt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [f32], col0: usize) {
+    let threads = rayon::current_num_threads();
     let stride = out.len() / m;
     assert!(x.len() >= m * k && w.len() >= n * k && col0 + n <= stride && m * stride == out.len());
     let parallelism = if threads > 1 && m * n * k >= 1 << 16 {
@@ -185,7 +175,12 @@ mod tests {
     fn run(x: &[f32], m: usize, dtype: DType, bytes: &[u8], n: usize, k: usize) -> Vec<f32> {
         let mut out = vec![0.0; m * n];
         let w = Weight { dtype, bytes, n, k };
-        matmul(x, m, w, &mut out, 2).unwrap();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap()
+            .install(|| matmul(x, m, w, &mut out))
+            .unwrap();
         out
     }
 
@@ -247,6 +242,6 @@ mod tests {
             n: 1,
             k: 32,
         };
-        assert!(matmul(&[0.0; 32], 1, w, &mut [0.0], 1).is_err());
+        assert!(matmul(&[0.0; 32], 1, w, &mut [0.0]).is_err());
     }
 }
