@@ -235,6 +235,36 @@ mod tests {
     }
 
     #[test]
+    fn k_quant_weights_match_dequantized_naive() {
+        let (m, n, k) = (5, 6, 512);
+        let x = lcg(45, m * k);
+        for (dtype, scale_at) in [
+            (DType::Q4K, [0, 2]),
+            (DType::Q5K, [0, 2]),
+            (DType::Q6K, [208, 208]),
+        ] {
+            let blocks = n * k / 256;
+            let mut bytes: Vec<u8> = lcg(46, blocks * dtype.block_bytes())
+                .iter()
+                .map(|&v| (v * 127.0) as i8 as u8)
+                .collect();
+            // Finite scales: arbitrary bytes could encode f16 NaN or infinity.
+            for block in bytes.chunks_mut(dtype.block_bytes()) {
+                for at in scale_at {
+                    block[at..at + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+                }
+            }
+            let mut wq = vec![0.0; n * k];
+            dequantize(dtype, &bytes, &mut wq).unwrap();
+            assert_close(
+                &run(&x, m, dtype, &bytes, n, k),
+                &naive(&x, m, &wq, n, k),
+                1e-4,
+            );
+        }
+    }
+
+    #[test]
     fn wrong_weight_size_is_an_error() {
         let w = Weight {
             dtype: DType::Q4_0,
