@@ -1,1 +1,130 @@
-//! The CPU backend.
+//! The CPU backend: runs every op on the host with f32 kernels, multithreaded by a
+//! rayon pool the backend owns. It is the fallback every plan can rely on.
+
+mod capability;
+mod compile;
+mod dispatch;
+mod kernels;
+mod quant;
+mod view;
+
+#[cfg(test)]
+mod partition_tests;
+
+use std::sync::Arc;
+
+use super::{
+    Backend, BackendError, BackendId, Capability, CompiledPartition, HostTensor, MemorySpace,
+    PartitionSpec, ResidentWeight, Tensor, WeightProvider,
+};
+
+/// The host CPU backend. Weights stay where the loader put them (zero-copy upload).
+pub struct CpuBackend {
+    capability: Capability,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` worker threads (default: available parallelism).
+    pub fn new(threads: Option<usize>) -> Result<CpuBackend, BackendError> {
+        let threads = threads
+            .filter(|&t| t > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("switchyard-cpu-{i}"))
+            .build()
+            .map_err(|e| BackendError::Device(format!("cannot start CPU thread pool: {e}")))?;
+        Ok(CpuBackend {
+            capability: capability::detect(threads),
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn id(&self) -> BackendId {
+        BackendId::CPU
+    }
+
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn capability(&self) -> &Capability {
+        &self.capability
+    }
+
+    fn upload(&self, weight: &HostTensor) -> Result<ResidentWeight, BackendError> {
+        Ok(ResidentWeight {
+            space: MemorySpace::HOST,
+            bytes: 0,
+            handle: Arc::new(weight.clone()),
+        })
+    }
+
+    fn compile(
+        &self,
+        spec: &PartitionSpec<'_>,
+        weights: &dyn WeightProvider,
+    ) -> Result<Box<dyn CompiledPartition>, BackendError> {
+        let partition = compile::CpuPartition::new(self, spec, weights, self.pool.clone())?;
+        Ok(Box::new(partition))
+    }
+
+    fn import(&self, host: Tensor) -> Result<Tensor, BackendError> {
+        check_host(&host)?;
+        Ok(host)
+    }
+
+    fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError> {
+        check_host(tensor)?;
+        Ok(tensor.clone())
+    }
+}
+
+/// An input error unless `tensor` lives in host memory.
+fn check_host(tensor: &Tensor) -> Result<(), BackendError> {
+    if tensor.space != MemorySpace::HOST {
+        return Err(BackendError::Input(format!(
+            "tensor in memory space {:?} is not host memory",
+            tensor.space
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::SharedBytes;
+    use crate::graph::{DType, Shape};
+
+    #[test]
+    fn identity_and_upload() {
+        let cpu = CpuBackend::new(Some(2)).unwrap();
+        assert_eq!(cpu.id(), BackendId::CPU);
+        assert_eq!(cpu.name(), "cpu");
+        assert_eq!(cpu.threads(), 2);
+        let t = Tensor::from_f32([2], &[1.0, 2.0]).unwrap();
+        assert_eq!(cpu.export(&cpu.import(t.clone()).unwrap()).unwrap(), t);
+        let foreign = Tensor {
+            space: MemorySpace(7),
+            ..t
+        };
+        assert!(matches!(cpu.import(foreign), Err(BackendError::Input(_))));
+        let w = HostTensor::new(
+            DType::F32,
+            Shape::new([1]),
+            SharedBytes::from_vec(vec![0; 4]),
+        );
+        let resident = cpu.upload(&w.unwrap()).unwrap();
+        assert_eq!(resident.bytes, 0);
+        assert!(resident.handle.downcast_ref::<HostTensor>().is_some());
+    }
+}

@@ -1,0 +1,320 @@
+//! A compiled CPU partition: operands resolved once (partition inputs, earlier slots,
+//! resident weights), slot buffers allocated from the [`BufferPlan`], and a `run`
+//! that executes the nodes in order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::dispatch::run_node;
+use super::view::View;
+use crate::backend::{
+    AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, PartitionSpec,
+    Refusal, StepState, Tensor, WeightProvider,
+};
+use crate::graph::{DType, Node, Op, Shape, ValueId};
+
+/// Where an operand's bytes come from at run time.
+enum Source {
+    /// The `run` input at this index.
+    Input(usize),
+    /// A slot buffer written by an earlier node.
+    Slot(usize),
+    /// A weight aliased from host memory.
+    Weight(Arc<HostTensor>),
+}
+
+/// A resolved operand: its source plus the dtype, shape and byte size it holds.
+struct Operand {
+    source: Source,
+    dtype: DType,
+    shape: Shape,
+    bytes: usize,
+}
+
+/// One node to execute and where its result goes.
+struct Step {
+    id: ValueId,
+    node: Node,
+    operands: Vec<Operand>,
+    slot: usize,
+    bytes: usize,
+}
+
+/// A partition compiled for the CPU backend.
+pub(super) struct CpuPartition {
+    inputs: Vec<Operand>,
+    steps: Vec<Step>,
+    outputs: Vec<Operand>,
+    slots: Vec<AlignedBytes>,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl CpuPartition {
+    /// Resolves every operand of `spec` and allocates its slots.
+    pub(super) fn new(
+        backend: &dyn Backend,
+        spec: &PartitionSpec<'_>,
+        weights: &dyn WeightProvider,
+        pool: Arc<rayon::ThreadPool>,
+    ) -> Result<CpuPartition, BackendError> {
+        let graph = spec.graph;
+        let node_of = |id: ValueId| {
+            graph
+                .nodes()
+                .get(id.index())
+                .ok_or_else(|| BackendError::Input(format!("value {id} is not in the graph")))
+        };
+        let mut inputs = Vec::with_capacity(spec.inputs.len());
+        for (i, &id) in spec.inputs.iter().enumerate() {
+            let node = node_of(id)?;
+            inputs.push(operand(Source::Input(i), node, id)?);
+        }
+        let input_index: HashMap<ValueId, usize> = spec
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v, i))
+            .collect();
+        let mut computed: HashMap<ValueId, usize> = HashMap::new();
+        let mut resident: HashMap<String, Arc<HostTensor>> = HashMap::new();
+        let slot_bytes = spec.buffers.slot_bytes();
+        let mut steps = Vec::with_capacity(spec.nodes.len());
+        for &id in spec.nodes {
+            let node = node_of(id)?;
+            let kind = node.op.kind();
+            if kind.is_source() {
+                return Err(BackendError::Unsupported {
+                    node: id,
+                    op: kind,
+                    why: Refusal::Op(kind),
+                });
+            }
+            if !node.dtype.is_float() && node.dtype != DType::I32 {
+                return Err(BackendError::Unsupported {
+                    node: id,
+                    op: kind,
+                    why: Refusal::DType {
+                        role: "output".into(),
+                        dtype: node.dtype,
+                    },
+                });
+            }
+            let bytes = value_bytes(node, id)?;
+            let slot = spec
+                .buffers
+                .slot(id)
+                .filter(|&s| slot_bytes.get(s).is_some_and(|&b| b >= bytes))
+                .ok_or_else(|| {
+                    BackendError::Device(format!(
+                        "buffer plan has no slot of {bytes} bytes for {id}"
+                    ))
+                })?;
+            let mut operands = Vec::with_capacity(node.inputs.len());
+            for &input in &node.inputs {
+                let source = if let Some(&i) = input_index.get(&input) {
+                    Source::Input(i)
+                } else if let Some(&s) = computed.get(&input) {
+                    if s == slot {
+                        return Err(BackendError::Device(format!(
+                            "buffer plan puts {id} in the slot of its operand {input}"
+                        )));
+                    }
+                    Source::Slot(s)
+                } else {
+                    let input_node = node_of(input)?;
+                    match &input_node.op {
+                        Op::Weight { name } => {
+                            Source::Weight(resolve(backend, weights, &mut resident, name, input_node)?)
+                        }
+                        _ => {
+                            return Err(BackendError::Input(format!(
+                                "{id} reads {input}, which is not an input, weight or earlier node of this partition"
+                            )))
+                        }
+                    }
+                };
+                operands.push(operand(source, node_of(input)?, input)?);
+            }
+            computed.insert(id, slot);
+            steps.push(Step {
+                id,
+                node: node.clone(),
+                operands,
+                slot,
+                bytes,
+            });
+        }
+        let mut outputs = Vec::with_capacity(spec.outputs.len());
+        for &id in spec.outputs {
+            let source = match (computed.get(&id), input_index.get(&id)) {
+                (Some(&s), _) => Source::Slot(s),
+                (None, Some(&i)) => Source::Input(i),
+                (None, None) => {
+                    return Err(BackendError::Input(format!(
+                        "output {id} is neither computed nor received by this partition"
+                    )))
+                }
+            };
+            outputs.push(operand(source, node_of(id)?, id)?);
+        }
+        Ok(CpuPartition {
+            inputs,
+            steps,
+            outputs,
+            slots: slot_bytes
+                .iter()
+                .map(|&b| AlignedBytes::zeroed(b))
+                .collect(),
+            pool,
+        })
+    }
+
+    /// Checks that `inputs` match the partition's inputs in count, space, dtype and shape.
+    fn check_inputs(&self, inputs: &[&Tensor]) -> Result<(), BackendError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(BackendError::Input(format!(
+                "partition takes {} inputs, got {}",
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        for (i, (t, want)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if t.space != MemorySpace::HOST
+                || t.dtype != want.dtype
+                || t.shape != want.shape
+                || t.data.len() != want.bytes
+            {
+                return Err(BackendError::Input(format!(
+                    "input {i}: expected host {} {}, got {} {} in space {:?} ({} bytes)",
+                    want.dtype,
+                    want.shape,
+                    t.dtype,
+                    t.shape,
+                    t.space,
+                    t.data.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CompiledPartition for CpuPartition {
+    fn run(
+        &mut self,
+        inputs: &[&Tensor],
+        state: &mut StepState<'_>,
+    ) -> Result<Vec<Tensor>, BackendError> {
+        self.check_inputs(inputs)?;
+        let CpuPartition {
+            steps,
+            outputs,
+            slots,
+            pool,
+            ..
+        } = self;
+        pool.install(|| {
+            for step in steps.iter() {
+                let mut out = std::mem::take(&mut slots[step.slot]);
+                let result = {
+                    let views: Vec<View<'_>> = step
+                        .operands
+                        .iter()
+                        .map(|o| view(o, inputs, slots))
+                        .collect();
+                    let target = &mut out.as_bytes_mut()[..step.bytes];
+                    run_node(step.id, &step.node, &views, target, state)
+                };
+                slots[step.slot] = out;
+                result?;
+            }
+            Ok::<(), BackendError>(())
+        })?;
+        Ok(outputs
+            .iter()
+            .map(|o| Tensor {
+                dtype: o.dtype,
+                shape: o.shape.clone(),
+                space: MemorySpace::HOST,
+                data: AlignedBytes::copy_from(view(o, inputs, slots).bytes),
+            })
+            .collect())
+    }
+
+    fn bytes(&self) -> usize {
+        self.slots.iter().map(AlignedBytes::len).sum()
+    }
+}
+
+/// The bytes behind operand `o`.
+fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) -> View<'a> {
+    let bytes = match &o.source {
+        Source::Input(i) => inputs[*i].data.as_bytes(),
+        Source::Slot(s) => &slots[*s].as_bytes()[..o.bytes],
+        Source::Weight(w) => w.data.as_bytes(),
+    };
+    View {
+        dtype: o.dtype,
+        shape: &o.shape,
+        bytes,
+    }
+}
+
+/// Bytes of `node`'s value (block formats included, for weights).
+fn value_bytes(node: &Node, id: ValueId) -> Result<usize, BackendError> {
+    node.shape
+        .checked_numel()
+        .and_then(|n| node.dtype.bytes_for(n))
+        .ok_or_else(|| {
+            BackendError::Input(format!(
+                "{id}: {} {} has no byte size",
+                node.dtype, node.shape
+            ))
+        })
+}
+
+/// An operand of `node`'s dtype and shape read from `source`.
+fn operand(source: Source, node: &Node, id: ValueId) -> Result<Operand, BackendError> {
+    Ok(Operand {
+        source,
+        dtype: node.dtype,
+        shape: node.shape.clone(),
+        bytes: value_bytes(node, id)?,
+    })
+}
+
+/// Makes weight `name` resident once and checks it matches the graph's declaration.
+fn resolve(
+    backend: &dyn Backend,
+    weights: &dyn WeightProvider,
+    resident: &mut HashMap<String, Arc<HostTensor>>,
+    name: &str,
+    node: &Node,
+) -> Result<Arc<HostTensor>, BackendError> {
+    if let Some(w) = resident.get(name) {
+        return Ok(w.clone());
+    }
+    let mismatch = |detail: String| BackendError::WeightMismatch {
+        name: name.into(),
+        detail,
+    };
+    let handle = weights.resident(name, backend)?;
+    if handle.space != MemorySpace::HOST {
+        return Err(mismatch(format!(
+            "resident in space {:?}, not host",
+            handle.space
+        )));
+    }
+    let host = handle
+        .handle
+        .downcast::<HostTensor>()
+        .map_err(|_| mismatch("resident handle is not a CPU host tensor".into()))?;
+    if host.dtype != node.dtype || host.shape != node.shape {
+        return Err(mismatch(format!(
+            "graph declares {} {}, store holds {} {}",
+            node.dtype, node.shape, host.dtype, host.shape
+        )));
+    }
+    resident.insert(name.into(), host.clone());
+    Ok(host)
+}

@@ -1,0 +1,145 @@
+//! Element-wise kernels: broadcasting add and multiply, SiLU, GELU and SwiGLU.
+
+use rayon::prelude::*;
+
+use super::{check_len, PARALLEL_MIN};
+use crate::backend::BackendError;
+
+/// A binary element-wise operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Binary {
+    /// `a + b`.
+    Add,
+    /// `a · b`.
+    Mul,
+}
+
+/// `out = a ∘ b`, where `b` repeats over `a` (its shape is a suffix of `a`'s).
+pub(crate) fn binary(
+    op: Binary,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    check_len("binary output", out.len(), a.len())?;
+    if b.is_empty() || !a.len().is_multiple_of(b.len()) {
+        return Err(BackendError::Input(format!(
+            "{} elements do not broadcast over {}",
+            b.len(),
+            a.len()
+        )));
+    }
+    let f = move |(o, x): (&mut [f32], &[f32])| {
+        for ((o, &x), &y) in o.iter_mut().zip(x).zip(b) {
+            *o = match op {
+                Binary::Add => x + y,
+                Binary::Mul => x * y,
+            };
+        }
+    };
+    if a.len() >= PARALLEL_MIN {
+        out.par_chunks_mut(b.len())
+            .zip(a.par_chunks(b.len()))
+            .for_each(f);
+    } else {
+        out.chunks_mut(b.len()).zip(a.chunks(b.len())).for_each(f);
+    }
+    Ok(())
+}
+
+/// `x · sigmoid(x)`.
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU with the tanh approximation.
+fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// A unary element-wise operation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Unary {
+    /// SiLU.
+    Silu,
+    /// GELU (tanh).
+    Gelu,
+}
+
+/// `out = f(x)` element-wise.
+pub(crate) fn unary(op: Unary, x: &[f32], out: &mut [f32]) -> Result<(), BackendError> {
+    check_len("unary output", out.len(), x.len())?;
+    let f = match op {
+        Unary::Silu => silu,
+        Unary::Gelu => gelu,
+    };
+    if x.len() >= PARALLEL_MIN {
+        out.par_iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+    } else {
+        out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+    }
+    Ok(())
+}
+
+/// `out = silu(gate) · up`.
+pub(crate) fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), BackendError> {
+    check_len("swiglu up", up.len(), gate.len())?;
+    check_len("swiglu output", out.len(), gate.len())?;
+    let f = |((o, &g), &u): ((&mut f32, &f32), &f32)| *o = silu(g) * u;
+    if gate.len() >= PARALLEL_MIN {
+        out.par_iter_mut().zip(gate).zip(up).for_each(f);
+    } else {
+        out.iter_mut().zip(gate).zip(up).for_each(f);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{assert_close, lcg};
+    use super::*;
+
+    #[test]
+    fn broadcast_add_and_mul_match_naive() {
+        for n in [7 * 13, 3 * PARALLEL_MIN + 39] {
+            let (rows, cols) = (n / 13, 13);
+            let a = lcg(1, rows * cols);
+            let b = lcg(2, cols);
+            let mut out = vec![0.0; a.len()];
+            binary(Binary::Add, &a, &b, &mut out).unwrap();
+            let want: Vec<f32> = (0..a.len()).map(|i| a[i] + b[i % cols]).collect();
+            assert_close(&out, &want, 0.0);
+            binary(Binary::Mul, &a, &b, &mut out).unwrap();
+            let want: Vec<f32> = (0..a.len()).map(|i| a[i] * b[i % cols]).collect();
+            assert_close(&out, &want, 0.0);
+        }
+        assert!(binary(Binary::Add, &[1.0; 6], &[1.0; 4], &mut [0.0; 6]).is_err());
+    }
+
+    #[test]
+    fn activations_match_naive() {
+        let x = lcg(3, 101);
+        let up = lcg(4, 101);
+        let mut out = vec![0.0; x.len()];
+        unary(Unary::Silu, &x, &mut out).unwrap();
+        let want: Vec<f32> = x.iter().map(|&v| v * (1.0 / (1.0 + (-v).exp()))).collect();
+        assert_close(&out, &want, 1e-6);
+        unary(Unary::Gelu, &x, &mut out).unwrap();
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v| {
+                let inner = (2.0f32 / std::f32::consts::PI).sqrt() * (v + 0.044715 * v.powi(3));
+                0.5 * v * (1.0 + inner.tanh())
+            })
+            .collect();
+        assert_close(&out, &want, 1e-6);
+        swiglu(&x, &up, &mut out).unwrap();
+        let want: Vec<f32> = x
+            .iter()
+            .zip(&up)
+            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        assert_close(&out, &want, 1e-6);
+    }
+}

@@ -1,0 +1,202 @@
+//! End-to-end tests of compiling and running small partitions on the CPU backend.
+
+use std::collections::HashMap;
+
+use half::f16;
+
+use super::CpuBackend;
+use crate::backend::{
+    Backend, BackendError, HostTensor, KvCache, KvLayout, PartitionSpec, ResidentWeight,
+    SharedBytes, StepState, Tensor, WeightProvider,
+};
+use crate::graph::{
+    AttentionParams, BufferPlan, DType, Graph, GraphBuilder, RopeMode, Shape, ValueId,
+};
+
+/// Weights held in memory by name, uploaded on request.
+struct Weights(HashMap<String, HostTensor>);
+
+impl Weights {
+    fn new(entries: &[(&str, DType, &[usize], Vec<u8>)]) -> Weights {
+        Weights(
+            entries
+                .iter()
+                .map(|(name, dtype, dims, bytes)| {
+                    let shape = Shape::new(*dims);
+                    let t = HostTensor::new(*dtype, shape, SharedBytes::from_vec(bytes.clone()));
+                    (name.to_string(), t.unwrap())
+                })
+                .collect(),
+        )
+    }
+}
+
+impl WeightProvider for Weights {
+    fn resident(&self, name: &str, backend: &dyn Backend) -> Result<ResidentWeight, BackendError> {
+        let host = self
+            .0
+            .get(name)
+            .ok_or_else(|| BackendError::MissingWeight(name.into()))?;
+        backend.upload(host)
+    }
+}
+
+/// Every computed (non-source) node of `graph`, all outputs kept.
+fn compile(
+    cpu: &CpuBackend,
+    graph: &Graph,
+    inputs: &[ValueId],
+    weights: &Weights,
+) -> Result<Box<dyn crate::backend::CompiledPartition>, BackendError> {
+    let nodes: Vec<ValueId> = graph
+        .ids()
+        .filter(|&id| !graph.node(id).op.kind().is_source())
+        .collect();
+    let bytes = |id: ValueId| {
+        let n = graph.node(id);
+        n.dtype.bytes_for(n.shape.numel()).unwrap()
+    };
+    let plan = BufferPlan::new(graph, &nodes, graph.outputs(), bytes);
+    let spec = PartitionSpec {
+        graph,
+        nodes: &nodes,
+        inputs,
+        outputs: graph.outputs(),
+        buffers: &plan,
+    };
+    cpu.compile(&spec, weights)
+}
+
+#[test]
+fn mlp_block_matches_hand_computation() {
+    let (n, d, hidden) = (3, 4, 32);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [n, d]).unwrap();
+    let norm_w = b.weight("norm", DType::F16, [d]).unwrap();
+    let up = b.weight("up", DType::Q8_0, [hidden, d * 8]).unwrap();
+    let wide = b.reshape(x, [n, 1, d]).unwrap();
+    let normed = b.rms_norm(wide, norm_w, 1e-6).unwrap();
+    let flat = b.reshape(normed, [n, d]).unwrap();
+    let tiled = b
+        .concat(&[flat, flat, flat, flat, flat, flat, flat, flat], 1)
+        .unwrap();
+    let y = b.matmul(tiled, up).unwrap();
+    let act = b.silu(y).unwrap();
+    let half = b.cast(act, DType::F16).unwrap();
+    let g = b.finish(vec![half, y]).unwrap();
+
+    let xs: Vec<f32> = (0..n * d).map(|i| i as f32 * 0.25 - 1.0).collect();
+    let norm: Vec<u8> = [1.0f32, 0.5, 2.0, -1.0]
+        .iter()
+        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+        .collect();
+    // Every Q8_0 block: scale 1/8, quant j - 16 for j in 0..32.
+    let block: Vec<u8> = f16::from_f32(0.125)
+        .to_le_bytes()
+        .into_iter()
+        .chain((0..32).map(|j| (j as i8 - 16) as u8))
+        .collect();
+    let up_bytes: Vec<u8> = block.iter().copied().cycle().take(hidden * 34).collect();
+    let weights = Weights::new(&[
+        ("norm", DType::F16, &[d], norm),
+        ("up", DType::Q8_0, &[hidden, d * 8], up_bytes),
+    ]);
+    let cpu = CpuBackend::new(Some(2)).unwrap();
+    let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
+    assert!(part.bytes() > 0);
+    let input = Tensor::from_f32([n, d], &xs).unwrap();
+    let outs = part.run(&[&input], &mut StepState::stateless()).unwrap();
+    assert_eq!(outs[0].dtype, DType::F16);
+    let (got_act, got_y) = (outs[0].to_f32_vec(), outs[1].to_f32_vec());
+    let nw = [1.0f32, 0.5, 2.0, -1.0];
+    let wrow: Vec<f32> = (0..32).map(|j| (j as f32 - 16.0) * 0.125).collect();
+    for t in 0..n {
+        let row = &xs[t * d..(t + 1) * d];
+        let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f32>() / d as f32 + 1e-6).sqrt();
+        let normed: Vec<f32> = (0..d * 8).map(|i| row[i % d] * inv * nw[i % d]).collect();
+        let want: f32 = normed.iter().zip(&wrow).map(|(a, b)| a * b).sum();
+        for j in 0..hidden {
+            let got = got_y[t * hidden + j];
+            assert!((got - want).abs() < 1e-4, "y[{t},{j}] = {got}, want {want}");
+            let silu = want / (1.0 + (-want).exp());
+            assert!((got_act[t * hidden + j] - silu).abs() < 1e-2);
+        }
+    }
+}
+
+#[test]
+fn attention_partition_decodes_with_cache_and_validates_inputs() {
+    let (heads, kv_heads, dh) = (2, 1, 4);
+    let mut b = GraphBuilder::new();
+    let q = b.input("q", DType::F32, [1, heads * dh]).unwrap();
+    let k = b.input("k", DType::F32, [1, kv_heads * dh]).unwrap();
+    let pos = b.input("pos", DType::I32, [1]).unwrap();
+    let k3 = b.reshape(k, [1, kv_heads, dh]).unwrap();
+    let k_rot = b
+        .rope(k3, pos, RopeMode::Neox, dh as u32, 10000.0, 1.0)
+        .unwrap();
+    let k_flat = b.reshape(k_rot, [1, kv_heads * dh]).unwrap();
+    let p = AttentionParams {
+        layer: 0,
+        n_heads: heads as u32,
+        n_kv_heads: kv_heads as u32,
+        head_dim: dh as u32,
+        scale: 0.5,
+    };
+    let out = b.attention(q, k_flat, k, p).unwrap();
+    let g = b.finish(vec![out]).unwrap();
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    let mut part = compile(&cpu, &g, &[q, k, pos], &Weights::new(&[])).unwrap();
+    let mut cache = KvCache::new(KvLayout {
+        n_layers: 1,
+        capacity: 2,
+        n_kv_heads: kv_heads,
+        head_dim: dh,
+    });
+    let qt = Tensor::from_f32([1, heads * dh], &[0.1; 8]).unwrap();
+    let v0 = Tensor::from_f32([1, dh], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let v1 = Tensor::from_f32([1, dh], &[-1.0, 0.0, 5.0, 2.0]).unwrap();
+    let mut state = StepState {
+        kv_len: 0,
+        kv: Some(&mut cache),
+    };
+    let p0 = Tensor::from_i32([1], &[0]).unwrap();
+    let first = part.run(&[&qt, &v0, &p0], &mut state).unwrap();
+    // One cached position: the output is that position's value for every head.
+    assert_eq!(
+        first[0].to_f32_vec(),
+        [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
+    );
+    state.kv_len = 1;
+    let p1 = Tensor::from_i32([1], &[1]).unwrap();
+    let second = part.run(&[&qt, &v1, &p1], &mut state).unwrap()[0].to_f32_vec();
+    for (i, &got) in second.iter().enumerate() {
+        let (a, c) = (v0.to_f32_vec()[i % dh], v1.to_f32_vec()[i % dh]);
+        assert!(
+            got > a.min(c) - 1e-6 && got < a.max(c) + 1e-6,
+            "not a mix of the two values"
+        );
+    }
+    let bad = part.run(&[&qt, &v1], &mut state);
+    assert!(matches!(bad, Err(BackendError::Input(_))));
+    let wrong_dtype = p1.converted(DType::F32).unwrap();
+    let bad = part.run(&[&qt, &v1, &wrong_dtype], &mut state);
+    assert!(matches!(bad, Err(BackendError::Input(_))));
+}
+
+#[test]
+fn missing_or_mismatched_weights_are_errors() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [1, 32]).unwrap();
+    let w = b.weight("w", DType::Q4_0, [2, 32]).unwrap();
+    let y = b.matmul(x, w).unwrap();
+    let g = b.finish(vec![y]).unwrap();
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    let none = compile(&cpu, &g, &[x], &Weights::new(&[]));
+    assert!(matches!(none, Err(BackendError::MissingWeight(_))));
+    let wrong = Weights::new(&[("w", DType::F32, &[2, 32], vec![0; 256])]);
+    let mismatch = compile(&cpu, &g, &[x], &wrong);
+    assert!(matches!(mismatch, Err(BackendError::WeightMismatch { .. })));
+    let unreadable = compile(&cpu, &g, &[], &Weights::new(&[]));
+    assert!(matches!(unreadable, Err(BackendError::Input(_))));
+}
