@@ -8,5 +8,6 @@
 
 pub mod backend;
 pub mod cache;
+pub mod exec;
 pub mod graph;
 pub mod plan;

@@ -215,9 +215,9 @@ impl Reference<'_> {
 }
 
 fn backends(with_sim: bool) -> BackendSet {
-    let mut list: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(Some(2)))];
+    let mut list: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(Some(2)).unwrap())];
     if with_sim {
-        list.push(Arc::new(SimBackend::new()));
+        list.push(Arc::new(SimBackend::new().unwrap()));
     }
     BackendSet::new(list).unwrap()
 }

@@ -28,17 +28,20 @@ pub struct SimBackend {
 
 impl SimBackend {
     /// The standard narrow capability, with id [`BackendId::SIM`].
-    pub fn new() -> SimBackend {
+    pub fn new() -> Result<SimBackend, BackendError> {
         SimBackend::with_capability(BackendId::SIM, SimBackend::default_capability())
     }
 
     /// A sim backend with any id and capability (tests of placement and the cache).
-    pub fn with_capability(id: BackendId, capability: Capability) -> SimBackend {
-        SimBackend {
+    pub fn with_capability(
+        id: BackendId,
+        capability: Capability,
+    ) -> Result<SimBackend, BackendError> {
+        Ok(SimBackend {
             id,
             capability,
-            cpu: CpuBackend::new(Some(1)),
-        }
+            cpu: CpuBackend::new(Some(1))?,
+        })
     }
 
     /// The capability [`SimBackend::new`] declares.
@@ -77,12 +80,6 @@ impl SimBackend {
             )));
         }
         Ok(())
-    }
-}
-
-impl Default for SimBackend {
-    fn default() -> SimBackend {
-        SimBackend::new()
     }
 }
 

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::ExecError;
 use crate::backend::{
-    plain_bytes, Backend, BackendId, BackendSet, CompiledPartition, PartitionSpec, StepState, Tensor,
-    WeightProvider,
+    plain_bytes, Backend, BackendId, BackendSet, CompiledPartition, PartitionSpec, StepState,
+    Tensor, WeightProvider,
 };
 use crate::graph::{BufferPlan, ValueId};
 use crate::plan::{Placement, Plan};
@@ -74,13 +74,14 @@ impl Executor {
                 outputs: &part.outputs,
                 buffers: &buffers,
             };
-            let partition = backend
-                .compile(&spec, weights)
-                .map_err(|source| ExecError::Backend {
-                    partition: index,
-                    backend: backend.name().to_string(),
-                    source,
-                })?;
+            let partition =
+                backend
+                    .compile(&spec, weights)
+                    .map_err(|source| ExecError::Backend {
+                        partition: index,
+                        backend: backend.name().to_string(),
+                        source,
+                    })?;
             compiled.push(partition);
         }
         for transfer in &plan.transfers {
@@ -157,15 +158,20 @@ impl Executor {
             let args: Vec<&Tensor> = part
                 .inputs
                 .iter()
-                .map(|id| values[id.index()].as_ref().expect("producers run before readers"))
+                .map(|id| {
+                    values[id.index()]
+                        .as_ref()
+                        .expect("producers run before readers")
+                })
                 .collect();
-            let outputs = compiled[index]
-                .run(&args, state)
-                .map_err(|source| ExecError::Backend {
-                    partition: index,
-                    backend: backend.name().to_string(),
-                    source,
-                })?;
+            let outputs =
+                compiled[index]
+                    .run(&args, state)
+                    .map_err(|source| ExecError::Backend {
+                        partition: index,
+                        backend: backend.name().to_string(),
+                        source,
+                    })?;
             for (&id, tensor) in part.outputs.iter().zip(outputs) {
                 values[id.index()] = Some(tensor);
             }
@@ -212,14 +218,15 @@ impl Executor {
                 });
             }
             let backend = self.backend_of(*id)?;
-            let imported = backend
-                .import(tensor.clone())
-                .map_err(|source| ExecError::Transfer {
-                    value: name.clone(),
-                    from: "caller".into(),
-                    to: backend.name().to_string(),
-                    source,
-                })?;
+            let imported =
+                backend
+                    .import(tensor.clone())
+                    .map_err(|source| ExecError::Transfer {
+                        value: name.clone(),
+                        from: "caller".into(),
+                        to: backend.name().to_string(),
+                        source,
+                    })?;
             values[id.index()] = Some(imported);
         }
         Ok(())
@@ -248,12 +255,14 @@ impl Executor {
         let tensor = values[id.index()]
             .as_ref()
             .expect("graph outputs are never dropped");
-        backend.export(tensor).map_err(|source| ExecError::Transfer {
-            value: id.to_string(),
-            from: backend.name().to_string(),
-            to: "caller".into(),
-            source,
-        })
+        backend
+            .export(tensor)
+            .map_err(|source| ExecError::Transfer {
+                value: id.to_string(),
+                from: backend.name().to_string(),
+                to: "caller".into(),
+                source,
+            })
     }
 
     fn backend_of(&self, id: ValueId) -> Result<&Arc<dyn Backend>, ExecError> {

@@ -62,6 +62,12 @@ impl std::fmt::Display for Shape {
     }
 }
 
+impl From<Vec<usize>> for Shape {
+    fn from(dims: Vec<usize>) -> Shape {
+        Shape(dims)
+    }
+}
+
 impl From<&[usize]> for Shape {
     fn from(dims: &[usize]) -> Shape {
         Shape(dims.to_vec())

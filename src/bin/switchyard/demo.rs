@@ -13,6 +13,8 @@ pub const D_MODEL: usize = 128;
 const N_HEADS: usize = 4;
 const N_KV_HEADS: usize = 2;
 const HEAD_DIM: usize = 32;
+/// `(n_kv_heads, head_dim)` of the demo block's KV cache.
+pub const KV_SHAPE: (usize, usize) = (N_KV_HEADS, HEAD_DIM);
 const D_FFN: usize = 256;
 
 /// The demo block for `n_tokens` new tokens, its linear weights in `dtype`.

@@ -30,7 +30,7 @@ struct BackendReport<'a> {
 
 /// Prints the report.
 pub fn run(args: &DoctorArgs) -> Result<()> {
-    let cpu = CpuBackend::new(None);
+    let cpu = CpuBackend::new(None)?;
     let backends: Vec<&dyn Backend> = vec![&cpu];
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),

@@ -7,7 +7,14 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use std::time::Instant;
+
+use switchyard::backend::{
+    cpu::CpuBackend, Backend, BackendSet, KvCache, KvLayout, StepState, Tensor,
+};
+use switchyard::cache::{
+    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightStore,
+};
 use switchyard::graph::DType;
 use switchyard::plan::{self, Policy};
 
@@ -38,7 +45,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if args.tokens == 0 {
         bail!("--tokens must be at least 1");
     }
-    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None));
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None)?);
     let backends = BackendSet::new(vec![cpu]).map_err(anyhow::Error::msg)?;
     let graph = demo::block(args.tokens, DType::F32).context("building the demo block")?;
     let plan = plan::partition(&graph, &backends.capabilities(), &Policy::default())?;
@@ -48,10 +55,73 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     } else {
         print!("{}", plan::to_text(&plan, &names));
     }
+    if !args.json {
+        run_demo_steps(&backends)?;
+    }
     if let Some(path) = &args.dot {
         std::fs::write(path, plan::to_dot(&plan, &names))
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
+    Ok(())
+}
+
+/// Runs the demo block as a tiny generation would (a 4-token prefill, then 8 decode
+/// steps) through the graph cache and reports compile versus hit times.
+fn run_demo_steps(backends: &BackendSet) -> Result<()> {
+    let prefill_graph = demo::block(4, DType::F32)?;
+    let weights = demo::RandomWeights::for_graph(&prefill_graph, 1)?;
+    let store = WeightStore::new(weights.into_source());
+    let mut cache = GraphCache::new(CacheBudget {
+        max_entries: 8,
+        max_bytes: 256 << 20,
+    });
+    let context = CompileContext {
+        backends,
+        policy: &Policy::default(),
+        weights: &store,
+    };
+    let (n_kv_heads, head_dim) = demo::KV_SHAPE;
+    let mut kv = KvCache::new(KvLayout {
+        n_layers: 1,
+        capacity: 16,
+        n_kv_heads,
+        head_dim,
+    });
+    println!();
+    println!("running the demo block: 4-token prefill, then 8 decode steps");
+    let mut kv_len = 0;
+    for n in [4usize, 1, 1, 1, 1, 1, 1, 1, 1] {
+        let phase = if n > 1 { Phase::Prefill } else { Phase::Decode };
+        let step = StepKey {
+            model: 0,
+            phase,
+            bucket: n as u32,
+            backends: backends.fingerprint(),
+        };
+        let started = Instant::now();
+        let executor = get_or_compile(&mut cache, &step, &context, || demo::block(n, DType::F32))?;
+        let lookup = started.elapsed();
+        let x = Tensor::from_f32([n, demo::D_MODEL], &vec![0.5; n * demo::D_MODEL])?;
+        let positions: Vec<i32> = (kv_len as i32..(kv_len + n) as i32).collect();
+        let inputs = [("x", x), ("positions", Tensor::from_i32([n], &positions)?)];
+        let mut state = StepState {
+            kv_len,
+            kv: Some(&mut kv),
+        };
+        let started = Instant::now();
+        executor.run(&inputs, &mut state)?;
+        println!(
+            "  {phase:?} n={n} kv_len={kv_len:>2}: get executor {:>9.1} µs, run {:>8.1} µs",
+            lookup.as_secs_f64() * 1e6,
+            started.elapsed().as_secs_f64() * 1e6
+        );
+        kv_len += n;
+    }
+    let stats = cache.stats();
+    println!(
+        "graph cache: {} compiles, {} hits ({} by step key), {} misses",
+        stats.compiles, stats.hits, stats.step_hits, stats.misses
+    );
     Ok(())
 }
