@@ -1,0 +1,8 @@
+//! Model files, tokenizers, tracing and generation.
+
+mod error;
+mod mapped;
+
+pub mod gguf;
+
+pub use error::ModelError;
