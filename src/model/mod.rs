@@ -4,5 +4,6 @@ mod error;
 mod mapped;
 
 pub mod gguf;
+pub mod safetensors;
 
 pub use error::ModelError;
