@@ -3,6 +3,7 @@
 mod error;
 mod mapped;
 
+pub mod fetch;
 pub mod gguf;
 pub mod safetensors;
 
