@@ -106,9 +106,7 @@ impl GgufFile {
             data_start,
         })
     }
-}
 
-impl GgufFile {
     /// The file this was read from.
     pub fn path(&self) -> &Path {
         &self.path
