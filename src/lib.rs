@@ -10,4 +10,5 @@ pub mod backend;
 pub mod cache;
 pub mod exec;
 pub mod graph;
+pub mod model;
 pub mod plan;

@@ -1,0 +1,98 @@
+//! Errors raised while locating, fetching and reading model files.
+
+use std::path::PathBuf;
+
+/// Why a model file could not be found, fetched or read. Every variant names the file
+/// (or, for metadata, the key) so that the user can tell which input is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file could not be opened, read, mapped or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is malformed: truncated, inconsistent or out of bounds.
+    #[error("{}: malformed model file: {detail}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        detail: String,
+    },
+    /// The file is well formed but uses something we do not support (a version, a
+    /// tensor type, a dtype).
+    #[error("{}: unsupported: {detail}", path.display())]
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// What is unsupported.
+        detail: String,
+    },
+    /// A metadata key is missing or has the wrong type.
+    #[error("{}: metadata key {key:?}: {detail}", path.display())]
+    Metadata {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A tensor the caller asked for is not in the model.
+    #[error("{}: tensor {name:?} not found", path.display())]
+    MissingTensor {
+        /// The file (or model directory).
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+    },
+    /// A file's SHA-256 digest is not the expected one.
+    #[error("{}: SHA-256 is {actual}, expected {expected}", path.display())]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// The expected digest, lower-case hex.
+        expected: String,
+        /// The digest of the file, lower-case hex.
+        actual: String,
+    },
+    /// The default model could not be downloaded or installed.
+    #[error(
+        "could not fetch the default model: {detail}; pass `--model PATH` with a GGUF \
+         file or a Hugging Face model directory instead"
+    )]
+    Fetch {
+        /// What failed.
+        detail: String,
+    },
+}
+
+impl ModelError {
+    /// An [`ModelError::Io`] for `path`.
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> ModelError {
+        ModelError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A [`ModelError::Format`] for `path`.
+    pub(crate) fn format(path: impl Into<PathBuf>, detail: impl Into<String>) -> ModelError {
+        ModelError::Format {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// A [`ModelError::Unsupported`] for `path`.
+    pub(crate) fn unsupported(path: impl Into<PathBuf>, detail: impl Into<String>) -> ModelError {
+        ModelError::Unsupported {
+            path: path.into(),
+            detail: detail.into(),
+        }
+    }
+}
