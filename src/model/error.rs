@@ -60,6 +60,34 @@ pub enum ModelError {
         /// The digest of the file, lower-case hex.
         actual: String,
     },
+    /// The model's hyper-parameters are missing, inconsistent or unsupported.
+    #[error("{}: {detail}", path.display())]
+    Config {
+        /// The model file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A request the model cannot serve (an empty prompt, an out-of-vocabulary id).
+    #[error("{0}")]
+    Input(String),
+    /// The prompt plus the tokens to generate do not fit in the context.
+    #[error("{needed} positions are needed but the context holds {context}; shorten the prompt, lower --max-tokens or raise --ctx")]
+    ContextFull {
+        /// Positions the request needs.
+        needed: usize,
+        /// Positions the sequence can hold.
+        context: usize,
+    },
+    /// Tracing, planning or compiling a step failed.
+    #[error(transparent)]
+    Compile(#[from] crate::cache::CompileError),
+    /// Running a step failed.
+    #[error(transparent)]
+    Run(#[from] crate::exec::ExecError),
+    /// A backend refused a tensor or input.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
     /// The default model could not be downloaded or installed.
     #[error(
         "could not fetch the default model: {detail}; pass `--model PATH` with a GGUF \

@@ -5,6 +5,11 @@ mod mapped;
 
 pub mod fetch;
 pub mod gguf;
+pub mod llama;
+mod runner;
 pub mod safetensors;
+mod weights;
 
 pub use error::ModelError;
+pub use runner::{ModelWeights, Runner, Sequence, PREFILL_CHUNK};
+pub use weights::{GgufWeights, HfWeights};

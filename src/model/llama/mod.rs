@@ -1,8 +1,10 @@
 //! Llama-family models (Llama 2/3, SmolLM2, TinyLlama, Mistral, Qwen2/2.5): their
 //! hyper-parameters, the names of their tensors in each file format, and tracing.
 
+mod config;
 mod trace;
 
+pub use config::SUPPORTED_ARCHITECTURES;
 pub use trace::{inputs, trace_step, WeightInfo};
 
 use crate::graph::RopeMode;

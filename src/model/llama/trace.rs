@@ -35,7 +35,7 @@ pub fn trace_step(
     let tokens = b.input(inputs::TOKENS, DType::I32, [n_tokens])?;
     let positions = b.input(inputs::POSITIONS, DType::I32, [n_tokens])?;
     let logits_row = b.input(inputs::LOGITS_ROW, DType::I32, [1])?;
-    let mut w = |b: &mut GraphBuilder, role: TensorRole| -> Result<ValueId, GraphError> {
+    let w = |b: &mut GraphBuilder, role: TensorRole| -> Result<ValueId, GraphError> {
         let (dtype, shape) = weights.info(role).ok_or_else(|| GraphError::Attribute {
             op: crate::graph::OpKind::Weight,
             detail: format!("the model has no tensor {:?}", weights.name(role)),
@@ -44,11 +44,14 @@ pub fn trace_step(
     };
     let embd = w(&mut b, TensorRole::TokenEmbedding)?;
     let mut x = b.embedding(embd, tokens)?;
+    if b.node(x)?.dtype != DType::F32 {
+        x = b.cast(x, DType::F32)?;
+    }
     let (h, hkv, dh) = (config.n_heads, config.n_kv_heads, config.head_dim);
     for layer in 0..config.n_layers {
         let norm = w(&mut b, TensorRole::AttnNorm(layer))?;
         let hn = b.rms_norm(x, norm, config.rms_eps)?;
-        let mut project = |b: &mut GraphBuilder, weight: TensorRole, bias: TensorRole| {
+        let project = |b: &mut GraphBuilder, weight: TensorRole, bias: TensorRole| {
             let wv = w(b, weight)?;
             let y = b.matmul(hn, wv)?;
             match weights.info(bias) {
@@ -59,14 +62,40 @@ pub fn trace_step(
                 None => Ok(y),
             }
         };
-        let q = project(&mut b, TensorRole::AttnQ(layer), TensorRole::AttnQBias(layer))?;
-        let k = project(&mut b, TensorRole::AttnK(layer), TensorRole::AttnKBias(layer))?;
-        let v = project(&mut b, TensorRole::AttnV(layer), TensorRole::AttnVBias(layer))?;
+        let q = project(
+            &mut b,
+            TensorRole::AttnQ(layer),
+            TensorRole::AttnQBias(layer),
+        )?;
+        let k = project(
+            &mut b,
+            TensorRole::AttnK(layer),
+            TensorRole::AttnKBias(layer),
+        )?;
+        let v = project(
+            &mut b,
+            TensorRole::AttnV(layer),
+            TensorRole::AttnVBias(layer),
+        )?;
         let q = b.reshape(q, [n_tokens, h, dh])?;
         let k = b.reshape(k, [n_tokens, hkv, dh])?;
         let rope = &config.rope;
-        let q = b.rope(q, positions, rope.mode, rope.n_rot, rope.freq_base, rope.freq_scale)?;
-        let k = b.rope(k, positions, rope.mode, rope.n_rot, rope.freq_base, rope.freq_scale)?;
+        let q = b.rope(
+            q,
+            positions,
+            rope.mode,
+            rope.n_rot,
+            rope.freq_base,
+            rope.freq_scale,
+        )?;
+        let k = b.rope(
+            k,
+            positions,
+            rope.mode,
+            rope.n_rot,
+            rope.freq_base,
+            rope.freq_scale,
+        )?;
         let q = b.reshape(q, [n_tokens, h * dh])?;
         let k = b.reshape(k, [n_tokens, hkv * dh])?;
         let params = AttentionParams {

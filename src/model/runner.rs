@@ -1,0 +1,180 @@
+//! Runs a traced model step by step: chunked, bucketed prefill and static-shape decode
+//! through the graph cache, over one sequence's KV cache.
+
+use std::sync::Arc;
+
+use crate::backend::{BackendSet, KvCache, KvLayout, StepState, Tensor};
+use crate::cache::{
+    get_or_compile, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
+    WeightStore,
+};
+use crate::exec::Executor;
+use crate::plan::Policy;
+
+use super::llama::{inputs, trace_step, LlamaConfig, WeightInfo};
+use super::ModelError;
+
+/// Tokens per prefill chunk; the last chunk is padded up to a power of two.
+pub const PREFILL_CHUNK: usize = 64;
+
+/// A model's tensors: both their declared shapes (for tracing) and their bytes.
+pub trait ModelWeights: WeightInfo + crate::cache::WeightSource {}
+
+impl<T: WeightInfo + crate::cache::WeightSource> ModelWeights for T {}
+
+/// Compiles and runs steps of one model on one set of backends, for one sequence at a
+/// time. Executors and resident weights are shared by every sequence it runs.
+pub struct Runner {
+    config: LlamaConfig,
+    weights: Arc<dyn ModelWeights>,
+    model_fingerprint: u64,
+    backends: BackendSet,
+    policy: Policy,
+    store: WeightStore,
+    cache: GraphCache<Executor>,
+    context: usize,
+}
+
+/// One sequence's state: its KV cache and how many positions it holds.
+pub struct Sequence {
+    kv: KvCache,
+    len: usize,
+    context: usize,
+}
+
+impl Sequence {
+    /// Positions already evaluated.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing has been evaluated yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Most positions this sequence can hold.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+}
+
+impl Runner {
+    /// A runner for a model of `config` whose tensors come from `weights`, with room for
+    /// `context` positions per sequence.
+    pub fn new(
+        config: LlamaConfig,
+        weights: Arc<dyn ModelWeights>,
+        model_fingerprint: u64,
+        backends: BackendSet,
+        context: usize,
+    ) -> Runner {
+        let store = WeightStore::new(weights.clone());
+        Runner {
+            config,
+            weights,
+            model_fingerprint,
+            backends,
+            policy: Policy::default(),
+            store,
+            cache: GraphCache::new(CacheBudget {
+                max_entries: 32,
+                max_bytes: 4 << 30,
+            }),
+            context,
+        }
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Graph-cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// A new, empty sequence. Its KV cache has room for the context plus one padded
+    /// prefill chunk, so a padded tail never overflows it.
+    pub fn new_sequence(&self) -> Sequence {
+        let layout = KvLayout {
+            n_layers: self.config.n_layers,
+            capacity: self.context + PREFILL_CHUNK,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+        };
+        Sequence {
+            kv: KvCache::new(layout),
+            len: 0,
+            context: self.context,
+        }
+    }
+
+    /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
+    /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
+    pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::Input("no tokens to evaluate".into()));
+        }
+        if seq.len + tokens.len() > seq.context {
+            return Err(ModelError::ContextFull {
+                needed: seq.len + tokens.len(),
+                context: seq.context,
+            });
+        }
+        let vocab = self.config.vocab_size as u32;
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            logits = self.run_chunk(seq, chunk)?;
+        }
+        Ok(logits)
+    }
+
+    fn run_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let (phase, bucket) = if chunk.len() == 1 {
+            (Phase::Decode, 1)
+        } else {
+            (
+                Phase::Prefill,
+                chunk.len().next_power_of_two().min(PREFILL_CHUNK),
+            )
+        };
+        let step = StepKey {
+            model: self.model_fingerprint,
+            phase,
+            bucket: bucket as u32,
+            backends: self.backends.fingerprint(),
+        };
+        let context = CompileContext {
+            backends: &self.backends,
+            policy: &self.policy,
+            weights: &self.store,
+        };
+        let (config, weights) = (&self.config, &self.weights);
+        let executor = get_or_compile(&mut self.cache, &step, &context, || {
+            trace_step(config, weights.as_ref(), bucket)
+        })?;
+        let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+        ids.resize(bucket, 0);
+        let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
+        let last_row = [(chunk.len() - 1) as i32];
+        let step_inputs = [
+            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
+            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
+            (inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?),
+        ];
+        let mut state = StepState {
+            kv_len: seq.len,
+            kv: Some(&mut seq.kv),
+        };
+        let outputs = executor.run(&step_inputs, &mut state)?;
+        seq.len += chunk.len();
+        Ok(outputs[0].to_f32_vec())
+    }
+}

@@ -1,0 +1,62 @@
+//! Model tensors seen by the runtime: declared dtype and shape per role (for tracing)
+//! and bytes per name (for the weight store), for GGUF files and HF directories.
+
+use crate::backend::{BackendError, HostTensor};
+use crate::cache::WeightSource;
+use crate::graph::{DType, Shape};
+
+use super::gguf::GgufFile;
+use super::llama::{TensorRole, WeightInfo};
+use super::safetensors::HfModel;
+
+/// The tensors of a GGUF file, named the GGUF way.
+pub struct GgufWeights(pub GgufFile);
+
+impl WeightInfo for GgufWeights {
+    fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
+        self.0
+            .tensor_info(&role.gguf_name())
+            .map(|t| (t.dtype, t.shape.clone()))
+    }
+
+    fn name(&self, role: TensorRole) -> String {
+        role.gguf_name()
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
+        self.0
+            .tensor(name)
+            .map_err(|e| BackendError::WeightMismatch {
+                name: name.to_string(),
+                detail: e.to_string(),
+            })
+    }
+}
+
+/// The tensors of a Hugging Face directory, named the HF way.
+pub struct HfWeights(pub HfModel);
+
+impl WeightInfo for HfWeights {
+    fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
+        self.0
+            .tensor_meta(&role.hf_name())
+            .map(|t| (t.dtype, t.shape.clone()))
+    }
+
+    fn name(&self, role: TensorRole) -> String {
+        role.hf_name()
+    }
+}
+
+impl WeightSource for HfWeights {
+    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
+        self.0
+            .tensor(name)
+            .map_err(|e| BackendError::WeightMismatch {
+                name: name.to_string(),
+                detail: e.to_string(),
+            })
+    }
+}
