@@ -11,5 +11,5 @@ pub mod safetensors;
 mod weights;
 
 pub use error::ModelError;
-pub use runner::{ModelWeights, Runner, Sequence, PREFILL_CHUNK};
+pub use runner::{ModelWeights, PhaseStats, Runner, Sequence, PREFILL_CHUNK};
 pub use weights::{GgufWeights, HfWeights};

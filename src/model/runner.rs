@@ -33,6 +33,19 @@ pub struct Runner {
     store: WeightStore,
     cache: GraphCache<Executor>,
     context: usize,
+    prefill: PhaseStats,
+    decode: PhaseStats,
+}
+
+/// Graph-cache outcomes of one phase's step lookups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PhaseStats {
+    /// Lookups that compiled a new executor.
+    pub compiles: u64,
+    /// Lookups answered from the cache (by step key or by structure).
+    pub hits: u64,
+    /// Lookups that missed the cache.
+    pub misses: u64,
 }
 
 /// One sequence's state: its KV cache and how many positions it holds.
@@ -82,7 +95,14 @@ impl Runner {
                 max_bytes: 4 << 30,
             }),
             context,
+            prefill: PhaseStats::default(),
+            decode: PhaseStats::default(),
         }
+    }
+
+    /// Cache outcomes of prefill and decode lookups, in that order.
+    pub fn phase_stats(&self) -> (PhaseStats, PhaseStats) {
+        (self.prefill, self.decode)
     }
 
     /// The model's hyper-parameters.
@@ -157,9 +177,18 @@ impl Runner {
             weights: &self.store,
         };
         let (config, weights) = (&self.config, &self.weights);
+        let before = self.cache.stats();
         let executor = get_or_compile(&mut self.cache, &step, &context, || {
             trace_step(config, weights.as_ref(), bucket)
         })?;
+        let after = self.cache.stats();
+        let phase_stats = match phase {
+            Phase::Prefill => &mut self.prefill,
+            Phase::Decode => &mut self.decode,
+        };
+        phase_stats.compiles += after.compiles - before.compiles;
+        phase_stats.hits += after.hits - before.hits;
+        phase_stats.misses += after.misses - before.misses;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
         let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
