@@ -1,9 +1,14 @@
-//! The `switchyard` command line: `doctor` reports backends, `plan --demo` shows how a
-//! transformer block is placed and compiled.
+//! The `switchyard` command line: `generate` and `chat` run a model, `tokenize` shows
+//! its tokens, `plan` shows placement, `doctor` reports backends.
 
+mod chat_cmd;
 mod demo;
 mod doctor;
+mod generate_cmd;
+mod model_args;
 mod plan_cmd;
+mod sampling_args;
+mod tokenize_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +22,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (default model: SmolLM2-135M-Instruct, fetched on
+    /// first use). Example: switchyard generate "The capital of France is"
+    Generate(generate_cmd::GenerateArgs),
+    /// Talk with the model interactively, using its chat template.
+    Chat(chat_cmd::ChatArgs),
+    /// Show the token ids of a text.
+    Tokenize(tokenize_cmd::TokenizeArgs),
     /// Show the backends found on this machine and what each can run.
     Doctor(doctor::DoctorArgs),
     /// Show how a graph is placed across backends: node → backend → why.
@@ -28,6 +40,9 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Generate(args) => generate_cmd::run(&args),
+        Command::Chat(args) => chat_cmd::run(&args),
+        Command::Tokenize(args) => tokenize_cmd::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
     };

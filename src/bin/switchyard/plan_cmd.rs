@@ -1,11 +1,11 @@
-//! `switchyard plan --demo`: places the demo transformer block on the backends found,
-//! prints node → backend → why, the partitions and transfers, and can write Graphviz.
+//! `switchyard plan`: places a model step (or, with `--demo`, a small transformer block)
+//! on the backends, prints node → backend → why, the partitions and transfers, and can
+//! write Graphviz.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use std::time::Instant;
 
@@ -15,20 +15,29 @@ use switchyard::backend::{
 use switchyard::cache::{
     get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightStore,
 };
-use switchyard::graph::DType;
+use switchyard::graph::{eliminate_dead_code, DType};
+use switchyard::model::llama::trace_step;
+use switchyard::model::{Model, PREFILL_CHUNK};
 use switchyard::plan::{self, Policy};
 
 use crate::demo;
+use crate::model_args::ModelArgs;
 
 /// Flags of `switchyard plan`.
 #[derive(Args)]
 pub struct PlanArgs {
-    /// Plan the built-in demo transformer block (random weights).
+    /// Plan the built-in demo transformer block (random weights) and run it a few
+    /// steps, instead of a model.
     #[arg(long)]
     demo: bool,
     /// New tokens per step in the demo graph (1 = a decode step).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, requires = "demo")]
     tokens: usize,
+    /// Which step of the model to plan: a prefill chunk or a decode step.
+    #[arg(long, value_enum, default_value_t = PlanPhase::Decode, conflicts_with = "demo")]
+    phase: PlanPhase,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Print the plan as JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -37,17 +46,32 @@ pub struct PlanArgs {
     dot: Option<PathBuf>,
 }
 
-/// Plans the demo block and prints the result.
+/// The step of a model to plan.
+#[derive(Clone, Copy, ValueEnum)]
+enum PlanPhase {
+    /// A prefill chunk of PREFILL_CHUNK tokens.
+    Prefill,
+    /// A one-token decode step.
+    Decode,
+}
+
+/// Plans the demo block or a model step and prints the result.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    if !args.demo {
-        bail!("nothing to plan: pass --demo (planning a model file comes with model loading)");
-    }
     if args.tokens == 0 {
         bail!("--tokens must be at least 1");
     }
-    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None)?);
-    let backends = BackendSet::new(vec![cpu]).map_err(anyhow::Error::msg)?;
-    let graph = demo::block(args.tokens, DType::F32).context("building the demo block")?;
+    let backends = args.model.backend_set()?;
+    let graph = if args.demo {
+        demo::block(args.tokens, DType::F32).context("building the demo block")?
+    } else {
+        let path = args.model.model_path()?;
+        let model = Model::open(&path)?;
+        let n_tokens = match args.phase {
+            PlanPhase::Prefill => PREFILL_CHUNK,
+            PlanPhase::Decode => 1,
+        };
+        eliminate_dead_code(&trace_step(&model.config, model.weights.as_ref(), n_tokens)?)
+    };
     let plan = plan::partition(&graph, &backends.capabilities(), &Policy::default())?;
     let names = |id| backends.name_of(id);
     if args.json {
@@ -55,7 +79,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     } else {
         print!("{}", plan::to_text(&plan, &names));
     }
-    if !args.json {
+    if args.demo && !args.json {
         run_demo_steps(&backends)?;
     }
     if let Some(path) = &args.dot {

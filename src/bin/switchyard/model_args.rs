@@ -1,0 +1,73 @@
+//! Flags shared by every command that runs a model, and loading it: the default model
+//! is fetched and cached on first use.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::model::{fetch, Model, Runner};
+
+/// Which model to run and on what.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file or a Hugging Face model directory (config.json, *.safetensors,
+    /// tokenizer.json). Default: SmolLM2-135M-Instruct Q4_1, fetched and cached under
+    /// $SWITCHYARD_HOME (default ~/.cache/switchyard) on first use.
+    #[arg(long, short = 'm', value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Context length: most positions (prompt + generated tokens) one sequence holds.
+    #[arg(long, default_value_t = 2048, value_name = "N")]
+    pub ctx: usize,
+    /// CPU threads (default: all cores).
+    #[arg(long, short = 't', value_name = "N")]
+    pub threads: Option<usize>,
+    /// Backends to use, comma-separated. Only `cpu` exists in this build.
+    #[arg(long, default_value = "cpu", value_name = "LIST")]
+    pub backends: String,
+}
+
+impl ModelArgs {
+    /// The model file or directory, fetching the default model when none was given.
+    pub fn model_path(&self) -> Result<PathBuf> {
+        match &self.model {
+            Some(path) => Ok(path.clone()),
+            None => Ok(fetch::default_model_path(true)?),
+        }
+    }
+
+    /// The backends named by `--backends`.
+    pub fn backend_set(&self) -> Result<BackendSet> {
+        let mut list: Vec<Arc<dyn Backend>> = Vec::new();
+        for name in self.backends.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "cpu" => list.push(Arc::new(CpuBackend::new(self.threads)?)),
+                other => bail!("unknown backend {other:?} in --backends (available: cpu)"),
+            }
+        }
+        if !list.iter().any(|b| b.name() == "cpu") {
+            bail!("--backends must include cpu: it holds the inputs and runs what others cannot");
+        }
+        BackendSet::new(list).map_err(anyhow::Error::msg)
+    }
+
+    /// Opens the model and a runner for it.
+    pub fn load(&self) -> Result<(Model, Runner)> {
+        if self.ctx == 0 {
+            bail!("--ctx must be at least 1");
+        }
+        let path = self.model_path()?;
+        let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+        let ctx = self.ctx.min(model.config.context_length);
+        let runner = Runner::new(
+            model.config.clone(),
+            model.weights.clone(),
+            model.fingerprint,
+            self.backend_set()?,
+            ctx,
+        );
+        Ok((model, runner))
+    }
+}

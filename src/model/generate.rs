@@ -1,0 +1,272 @@
+//! The generation loop: prefill the prompt, then sample (or force) one token at a
+//! time, streaming text as it becomes valid UTF-8, until an end token, a stop string
+//! or the token limit.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::sampler::Sampler;
+use super::tokenizer::Tokenizer;
+use super::{ModelError, Runner};
+
+/// What to generate and when to stop.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateOptions {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Texts that end the generation; they are not part of the output.
+    pub stop_strings: Vec<String>,
+    /// Token ids that end the generation (EOS, end of turn).
+    pub stop_ids: Vec<u32>,
+    /// Teacher forcing: step `i` emits `force_tokens[i]` (even an end token) instead of
+    /// sampling; steps past the list sample as usual.
+    pub force_tokens: Vec<u32>,
+    /// Record the `k` best logits of every step's distribution (0 = none).
+    pub top_logits: usize,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end token or a stop string.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The caller stopped it (a closed stream, Ctrl-C).
+    Cancelled,
+}
+
+/// One of the best logits of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TopLogit {
+    /// Token id.
+    pub id: u32,
+    /// Its logit.
+    pub logit: f32,
+}
+
+/// Wall-clock figures of one generation.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Timings {
+    /// Prompt start to the first generated token, milliseconds.
+    pub ttft_ms: f64,
+    /// Prompt tokens per second of prefill.
+    pub prefill_tok_s: f64,
+    /// Generated tokens per second of decode (steps after the first token).
+    pub decode_tok_s: f64,
+}
+
+/// The result of [`generate`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Generation {
+    /// The prompt's token ids.
+    pub prompt_tokens: Vec<u32>,
+    /// Generated ids (an end token that stopped generation included).
+    pub tokens: Vec<u32>,
+    /// Generated text, without end tokens or the stop string.
+    pub text: String,
+    /// Per step, the best logits of the distribution it was drawn from (step 0 is the
+    /// last prompt position), when asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top_logits: Vec<Vec<TopLogit>>,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Speeds.
+    pub timings: Timings,
+}
+
+/// Generates after `prompt`, calling `on_text` with each new piece of text; `on_text`
+/// returns `false` to stop (the generation then ends as `Cancelled`).
+pub fn generate(
+    runner: &mut Runner,
+    tokenizer: &Tokenizer,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation, ModelError> {
+    let mut seq = runner.new_sequence();
+    if prompt.is_empty() {
+        return Err(ModelError::Input("the prompt is empty".into()));
+    }
+    if prompt.len() + options.max_tokens > seq.context() {
+        return Err(ModelError::ContextFull {
+            needed: prompt.len() + options.max_tokens,
+            context: seq.context(),
+        });
+    }
+    let started = Instant::now();
+    let mut logits = runner.forward(&mut seq, prompt)?;
+    let prefill_time = started.elapsed();
+    let mut history = prompt.to_vec();
+    let mut tokens = Vec::new();
+    let mut top_logits = Vec::new();
+    let mut text = TextStream::new(tokenizer, &options.stop_strings);
+    let mut finish_reason = FinishReason::Length;
+    let mut ttft = None;
+    let mut decode_started = None;
+    for step in 0..options.max_tokens {
+        if options.top_logits > 0 {
+            top_logits.push(best_logits(&logits, options.top_logits));
+        }
+        let forced = options.force_tokens.get(step).copied();
+        let token = match forced {
+            Some(t) => t,
+            None => sampler.sample(&logits, &history)?,
+        };
+        ttft.get_or_insert_with(|| started.elapsed());
+        tokens.push(token);
+        history.push(token);
+        if forced.is_none() && options.stop_ids.contains(&token) {
+            finish_reason = FinishReason::Stop;
+            break;
+        }
+        match text.push(token, on_text)? {
+            Flow::Continue => {}
+            Flow::Stop => {
+                finish_reason = FinishReason::Stop;
+                break;
+            }
+            Flow::Cancel => {
+                finish_reason = FinishReason::Cancelled;
+                break;
+            }
+        }
+        if step + 1 < options.max_tokens {
+            decode_started.get_or_insert_with(Instant::now);
+            logits = runner.forward(&mut seq, &[token])?;
+        }
+    }
+    if finish_reason != FinishReason::Cancelled {
+        text.finish(on_text)?;
+    }
+    let decode_steps = tokens.len().saturating_sub(1).max(1) as f64;
+    let timings = Timings {
+        ttft_ms: ttft.unwrap_or(prefill_time).as_secs_f64() * 1e3,
+        prefill_tok_s: prompt.len() as f64 / prefill_time.as_secs_f64().max(1e-9),
+        decode_tok_s: decode_started
+            .map_or(0.0, |t| decode_steps / t.elapsed().as_secs_f64().max(1e-9)),
+    };
+    Ok(Generation {
+        prompt_tokens: prompt.to_vec(),
+        tokens,
+        text: text.into_text(),
+        top_logits,
+        finish_reason,
+        timings,
+    })
+}
+
+fn best_logits(logits: &[f32], k: usize) -> Vec<TopLogit> {
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(ids.len());
+    let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k, by_logit);
+        ids.truncate(k);
+    }
+    ids.sort_by(by_logit);
+    ids.into_iter()
+        .map(|id| TopLogit {
+            id,
+            logit: logits[id as usize],
+        })
+        .collect()
+}
+
+enum Flow {
+    Continue,
+    Stop,
+    Cancel,
+}
+
+/// Turns tokens into text, holding back any tail that could start a stop string.
+struct TextStream<'a> {
+    decoder: super::tokenizer::StreamDecoder<'a>,
+    stop_strings: &'a [String],
+    emitted: String,
+    pending: String,
+}
+
+impl<'a> TextStream<'a> {
+    fn new(tokenizer: &'a Tokenizer, stop_strings: &'a [String]) -> TextStream<'a> {
+        TextStream {
+            decoder: tokenizer.stream_decoder(true),
+            stop_strings,
+            emitted: String::new(),
+            pending: String::new(),
+        }
+    }
+
+    fn push(&mut self, token: u32, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Flow, ModelError> {
+        let piece = self
+            .decoder
+            .push(token)
+            .map_err(|e| ModelError::Input(format!("decoding token {token}: {e}")))?;
+        if let Some(piece) = piece {
+            self.pending.push_str(&piece);
+        }
+        self.release(on_text)
+    }
+
+    fn finish(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<(), ModelError> {
+        if let Some(rest) = self
+            .decoder
+            .finish()
+            .map_err(|e| ModelError::Input(format!("decoding: {e}")))?
+        {
+            self.pending.push_str(&rest);
+        }
+        if let Flow::Continue = self.release(on_text)? {
+            let rest = std::mem::take(&mut self.pending);
+            self.emit(&rest, on_text);
+        }
+        Ok(())
+    }
+
+    /// Emits what can no longer be part of a stop string; reports a stop string found.
+    fn release(&mut self, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Flow, ModelError> {
+        let found = self
+            .stop_strings
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min();
+        if let Some(at) = found {
+            let before = self.pending[..at].to_string();
+            self.pending.clear();
+            return Ok(if self.emit(&before, on_text) {
+                Flow::Stop
+            } else {
+                Flow::Cancel
+            });
+        }
+        let keep_from = (0..=self.pending.len())
+            .filter(|&i| self.pending.is_char_boundary(i))
+            .find(|&i| {
+                let tail = &self.pending[i..];
+                tail.is_empty() || self.stop_strings.iter().any(|s| s.starts_with(tail))
+            })
+            .unwrap_or(self.pending.len());
+        let ready: String = self.pending.drain(..keep_from).collect();
+        Ok(if self.emit(&ready, on_text) {
+            Flow::Continue
+        } else {
+            Flow::Cancel
+        })
+    }
+
+    fn emit(&mut self, text: &str, on_text: &mut dyn FnMut(&str) -> bool) -> bool {
+        if text.is_empty() {
+            return true;
+        }
+        self.emitted.push_str(text);
+        on_text(text)
+    }
+
+    fn into_text(self) -> String {
+        self.emitted
+    }
+}

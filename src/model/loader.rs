@@ -1,0 +1,163 @@
+//! Opens a model from a path — a GGUF file or a Hugging Face directory — into its
+//! hyper-parameters, weights, tokenizer and chat template.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::chat_template::ChatTemplate;
+use super::gguf::GgufFile;
+use super::llama::LlamaConfig;
+use super::safetensors::HfModel;
+use super::tokenizer::{Tokenizer, VocabSpec};
+use super::{GgufWeights, HfWeights, ModelError, ModelWeights};
+
+/// Everything needed to run and talk to a model.
+pub struct Model {
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    /// Hyper-parameters.
+    pub config: LlamaConfig,
+    /// Tensors (declared shapes and bytes).
+    pub weights: Arc<dyn ModelWeights>,
+    /// Text ↔ token ids.
+    pub tokenizer: Tokenizer,
+    /// The model's own chat template, when it has one.
+    pub chat_template: Option<ChatTemplate>,
+    /// Token ids that end a generation (EOS, end-of-turn).
+    pub stop_ids: Vec<u32>,
+    /// Identifies the model in cache step keys.
+    pub fingerprint: u64,
+}
+
+impl Model {
+    /// Opens `path`: a `.gguf` file, or a directory with `config.json`,
+    /// `*.safetensors` and `tokenizer.json`.
+    pub fn open(path: &Path) -> Result<Model, ModelError> {
+        if path.is_dir() {
+            Model::open_hf(path)
+        } else {
+            Model::open_gguf(path)
+        }
+    }
+
+    fn open_gguf(path: &Path) -> Result<Model, ModelError> {
+        let file = GgufFile::open(path)?;
+        let config = LlamaConfig::from_gguf(&file)?;
+        let meta = file.metadata();
+        let opt_u32 = |key: &str| meta.get(key).and_then(|v| v.as_integer()).map(|v| v as u32);
+        let opt_bool = |key: &str| matches!(meta.get(key), Some(super::gguf::Value::Bool(true)));
+        let spec = VocabSpec {
+            model: meta.get_str("tokenizer.ggml.model")?.to_string(),
+            pre: meta.get_str("tokenizer.ggml.pre").ok().map(str::to_string),
+            tokens: meta.get_str_array("tokenizer.ggml.tokens")?.to_vec(),
+            token_types: meta.get_i32_array("tokenizer.ggml.token_type").unwrap_or_default(),
+            scores: meta.get_f32_array("tokenizer.ggml.scores").unwrap_or_default(),
+            merges: meta
+                .get_str_array("tokenizer.ggml.merges")
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
+            bos: opt_u32("tokenizer.ggml.bos_token_id"),
+            eos: opt_u32("tokenizer.ggml.eos_token_id"),
+            add_bos: opt_bool("tokenizer.ggml.add_bos_token"),
+            add_eos: opt_bool("tokenizer.ggml.add_eos_token"),
+        };
+        let tokenizer = Tokenizer::from_gguf_vocab(&spec).map_err(|e| tokenizer_error(path, e))?;
+        let piece = |id: Option<u32>| {
+            id.and_then(|i| spec.tokens.get(i as usize).cloned())
+                .unwrap_or_default()
+        };
+        let chat_template = match meta.get_str("tokenizer.chat_template") {
+            Ok(source) => Some(
+                ChatTemplate::new(source, &piece(spec.bos), &piece(spec.eos))
+                    .map_err(|e| template_error(path, e))?,
+            ),
+            Err(_) => None,
+        };
+        let mut stop_ids: Vec<u32> = [spec.eos, opt_u32("tokenizer.ggml.eot_token_id")]
+            .into_iter()
+            .flatten()
+            .collect();
+        stop_ids.dedup();
+        let fingerprint = fingerprint_of(path, &file_identity(path)?);
+        Ok(Model {
+            path: path.to_path_buf(),
+            config,
+            weights: Arc::new(GgufWeights(file)),
+            tokenizer,
+            chat_template,
+            stop_ids,
+            fingerprint,
+        })
+    }
+
+    fn open_hf(dir: &Path) -> Result<Model, ModelError> {
+        let hf = HfModel::open(dir)?;
+        let config = LlamaConfig::from_hf(&hf)?;
+        let tokenizer =
+            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| tokenizer_error(dir, e))?;
+        let tokenizer_config: serde_json::Value =
+            match std::fs::read_to_string(dir.join("tokenizer_config.json")) {
+                Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Format {
+                    path: dir.join("tokenizer_config.json"),
+                    detail: e.to_string(),
+                })?,
+                Err(_) => serde_json::Value::Null,
+            };
+        let token_text = |key: &str| match &tokenizer_config[key] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Object(o) => o
+                .get("content")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        };
+        let (bos, eos) = (token_text("bos_token"), token_text("eos_token"));
+        let chat_template = match tokenizer_config["chat_template"].as_str() {
+            Some(source) => {
+                Some(ChatTemplate::new(source, &bos, &eos).map_err(|e| template_error(dir, e))?)
+            }
+            None => None,
+        };
+        let stop_ids = tokenizer.eos().into_iter().collect();
+        let fingerprint = fingerprint_of(dir, &file_identity(&dir.join("config.json"))?);
+        Ok(Model {
+            path: dir.to_path_buf(),
+            config,
+            weights: Arc::new(HfWeights(hf)),
+            tokenizer,
+            chat_template,
+            stop_ids,
+            fingerprint,
+        })
+    }
+}
+
+/// Size and modification time: enough to tell two files apart for cache keys.
+fn file_identity(path: &Path) -> Result<String, ModelError> {
+    let meta = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?;
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    Ok(format!("{}:{modified}", meta.len()))
+}
+
+fn fingerprint_of(path: &Path, identity: &str) -> u64 {
+    crate::cache::fingerprint(format!("{}|{identity}", path.display()).as_bytes())
+}
+
+fn tokenizer_error(path: &Path, e: super::tokenizer::TokenizerError) -> ModelError {
+    ModelError::Config {
+        path: path.to_path_buf(),
+        detail: format!("tokenizer: {e}"),
+    }
+}
+
+fn template_error(path: &Path, e: super::chat_template::TemplateError) -> ModelError {
+    ModelError::Config {
+        path: path.to_path_buf(),
+        detail: format!("chat template: {e}"),
+    }
+}
