@@ -8,3 +8,4 @@
 
 pub mod backend;
 pub mod graph;
+pub mod model;

@@ -1,0 +1,3 @@
+//! Model-side components: tokenizer.
+
+pub mod tokenizer;

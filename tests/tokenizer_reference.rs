@@ -1,0 +1,94 @@
+//! Checks the tokenizer against llama.cpp's reference outputs.
+//!
+//! The tokenizer checks need the real SmolLM2 vocabulary, which is too large to commit.
+//! Set `SWITCHYARD_TEST_VOCAB_JSON` to a JSON file holding a serialized `VocabSpec`
+//! (fields `model`, `pre`, `tokens`, `token_types`, `scores`, `merges`, `bos`, `eos`,
+//! `add_bos`, `add_eos`, read from the GGUF's `tokenizer.ggml.*` keys); without it
+//! those tests print a message and pass.
+
+use serde_json::Value;
+use switchyard::model::tokenizer::{Tokenizer, VocabSpec};
+
+const REFERENCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/reference/smollm2-135m-q4_1.llamacpp.json"
+);
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(REFERENCE).expect("reference JSON is committed");
+    serde_json::from_str(&text).expect("reference JSON parses")
+}
+
+/// The real vocabulary's tokenizer, or `None` (with a message) when not configured.
+fn real_tokenizer() -> Option<Tokenizer> {
+    let Ok(path) = std::env::var("SWITCHYARD_TEST_VOCAB_JSON") else {
+        eprintln!("SWITCHYARD_TEST_VOCAB_JSON is not set; skipping the real-vocabulary check");
+        return None;
+    };
+    let text = std::fs::read_to_string(&path).expect("vocabulary JSON is readable");
+    let spec: VocabSpec = serde_json::from_str(&text).expect("vocabulary JSON is a VocabSpec");
+    Some(Tokenizer::from_gguf_vocab(&spec).expect("vocabulary builds"))
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    let list = v.as_array().expect("id list");
+    list.iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+#[test]
+fn smollm2_token_ids_match_llama_cpp() {
+    let Some(tk) = real_tokenizer() else { return };
+    let reference = reference();
+    let mut checked = 0;
+    let mut mismatches = Vec::new();
+    let tokenize_only = reference["tokenize_only"].as_array().unwrap();
+    let cases = reference["cases"].as_array().unwrap();
+    let inputs = tokenize_only
+        .iter()
+        .map(|c| (c, &c["token_ids"]))
+        .chain(cases.iter().map(|c| (c, &c["prompt_token_ids"])));
+    for (case, expected) in inputs {
+        let text = case["text"].as_str().unwrap();
+        let special = case["special"].as_bool().unwrap();
+        let got = tk.encode(text, special).unwrap();
+        checked += 1;
+        if got != ids(expected) {
+            mismatches.push(format!("{text:?}: got {got:?}, want {:?}", ids(expected)));
+        }
+    }
+    eprintln!(
+        "{} of {checked} token-id lists match",
+        checked - mismatches.len()
+    );
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+}
+
+#[test]
+fn smollm2_pieces_and_greedy_text_match_llama_cpp() {
+    let Some(tk) = real_tokenizer() else { return };
+    assert_eq!(
+        (tk.bos(), tk.eos(), tk.vocab_size()),
+        (Some(1), Some(2), 49152)
+    );
+    for case in reference()["cases"].as_array().unwrap() {
+        for top in case["last_position_top10"].as_array().unwrap() {
+            let id = top["id"].as_u64().unwrap() as u32;
+            assert_eq!(
+                tk.token_to_piece(id).unwrap(),
+                top["piece"].as_str().unwrap()
+            );
+        }
+        let greedy = ids(&case["greedy_token_ids"]);
+        let want = case["greedy_text"].as_str().unwrap();
+        assert_eq!(tk.decode(&greedy, false).unwrap(), want);
+        let mut stream = tk.stream_decoder(false);
+        let mut text = String::new();
+        for &id in &greedy {
+            text.extend(stream.push(id).unwrap());
+        }
+        text.extend(stream.finish().unwrap());
+        assert_eq!(text, want, "streamed text of case {}", case["name"]);
+    }
+}
