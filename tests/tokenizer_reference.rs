@@ -1,4 +1,4 @@
-//! Checks the tokenizer against llama.cpp's reference outputs.
+//! Checks the tokenizer and chat template against llama.cpp's reference outputs.
 //!
 //! The tokenizer checks need the real SmolLM2 vocabulary, which is too large to commit.
 //! Set `SWITCHYARD_TEST_VOCAB_JSON` to a JSON file holding a serialized `VocabSpec`
@@ -7,12 +7,16 @@
 //! those tests print a message and pass.
 
 use serde_json::Value;
+use switchyard::model::chat_template::{ChatTemplate, Message};
 use switchyard::model::tokenizer::{Tokenizer, VocabSpec};
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/reference/smollm2-135m-q4_1.llamacpp.json"
 );
+
+/// SmolLM2-135M-Instruct's `tokenizer.chat_template`.
+const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 fn reference() -> Value {
     let text = std::fs::read_to_string(REFERENCE).expect("reference JSON is committed");
@@ -91,4 +95,20 @@ fn smollm2_pieces_and_greedy_text_match_llama_cpp() {
         text.extend(stream.finish().unwrap());
         assert_eq!(text, want, "streamed text of case {}", case["name"]);
     }
+}
+
+#[test]
+fn smollm2_chat_template_matches_reference_prompt() {
+    let reference = reference();
+    let chat = reference["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "chat")
+        .expect("chat case");
+    let messages: Vec<Message> = serde_json::from_value(chat["messages"].clone()).unwrap();
+    let template = ChatTemplate::new(SMOLLM2_TEMPLATE, "<|im_start|>", "<|im_end|>").unwrap();
+    let add = chat["add_generation_prompt"].as_bool().unwrap();
+    let rendered = template.render(&messages, add).unwrap();
+    assert_eq!(rendered, chat["text"].as_str().unwrap());
 }

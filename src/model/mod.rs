@@ -1,3 +1,4 @@
-//! Model-side components: tokenizer.
+//! Model-side components: tokenizer and chat templates.
 
+pub mod chat_template;
 pub mod tokenizer;
