@@ -1,4 +1,5 @@
-//! Model-side components: tokenizer and chat templates.
+//! Model-side components: tokenizer, chat templates and sampling.
 
 pub mod chat_template;
+pub mod sampler;
 pub mod tokenizer;
