@@ -85,6 +85,15 @@ pub enum ModelError {
     /// Running a step failed.
     #[error(transparent)]
     Run(#[from] crate::exec::ExecError),
+    /// The sampler's settings are invalid or the logits hold no candidate.
+    #[error(transparent)]
+    Sampling(#[from] crate::model::sampler::SamplerError),
+    /// The tokenizer could not encode or decode.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::model::tokenizer::TokenizerError),
+    /// The chat template failed to render.
+    #[error(transparent)]
+    Template(#[from] crate::model::chat_template::TemplateError),
     /// A backend refused a tensor or input.
     #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),

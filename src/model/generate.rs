@@ -162,7 +162,11 @@ pub fn generate(
 fn best_logits(logits: &[f32], k: usize) -> Vec<TopLogit> {
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(ids.len());
-    let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
     if k < ids.len() {
         ids.select_nth_unstable_by(k, by_logit);
         ids.truncate(k);
@@ -200,7 +204,11 @@ impl<'a> TextStream<'a> {
         }
     }
 
-    fn push(&mut self, token: u32, on_text: &mut dyn FnMut(&str) -> bool) -> Result<Flow, ModelError> {
+    fn push(
+        &mut self,
+        token: u32,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Flow, ModelError> {
         let piece = self
             .decoder
             .push(token)

@@ -50,8 +50,12 @@ impl Model {
             model: meta.get_str("tokenizer.ggml.model")?.to_string(),
             pre: meta.get_str("tokenizer.ggml.pre").ok().map(str::to_string),
             tokens: meta.get_str_array("tokenizer.ggml.tokens")?.to_vec(),
-            token_types: meta.get_i32_array("tokenizer.ggml.token_type").unwrap_or_default(),
-            scores: meta.get_f32_array("tokenizer.ggml.scores").unwrap_or_default(),
+            token_types: meta
+                .get_i32_array("tokenizer.ggml.token_type")
+                .unwrap_or_default(),
+            scores: meta
+                .get_f32_array("tokenizer.ggml.scores")
+                .unwrap_or_default(),
             merges: meta
                 .get_str_array("tokenizer.ggml.merges")
                 .map(<[String]>::to_vec)
@@ -93,8 +97,8 @@ impl Model {
     fn open_hf(dir: &Path) -> Result<Model, ModelError> {
         let hf = HfModel::open(dir)?;
         let config = LlamaConfig::from_hf(&hf)?;
-        let tokenizer =
-            Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| tokenizer_error(dir, e))?;
+        let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| tokenizer_error(dir, e))?;
         let tokenizer_config: serde_json::Value =
             match std::fs::read_to_string(dir.join("tokenizer_config.json")) {
                 Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Format {

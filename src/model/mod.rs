@@ -1,15 +1,22 @@
 //! Model files, tokenizers, tracing and generation.
 
 mod error;
+mod generate;
+mod loader;
 mod mapped;
+mod runner;
+mod weights;
 
+pub mod chat_template;
 pub mod fetch;
 pub mod gguf;
 pub mod llama;
-mod runner;
 pub mod safetensors;
-mod weights;
+pub mod sampler;
+pub mod tokenizer;
 
 pub use error::ModelError;
+pub use generate::{generate, FinishReason, GenerateOptions, Generation, Timings, TopLogit};
+pub use loader::Model;
 pub use runner::{ModelWeights, PhaseStats, Runner, Sequence, PREFILL_CHUNK};
 pub use weights::{GgufWeights, HfWeights};

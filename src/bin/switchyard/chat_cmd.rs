@@ -38,7 +38,10 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     }
     let interactive = std::io::stdin().is_terminal();
     if interactive {
-        eprintln!("chatting with {} — Ctrl-D to exit, /reset to forget the conversation", model.path.display());
+        eprintln!(
+            "chatting with {} — Ctrl-D to exit, /reset to forget the conversation",
+            model.path.display()
+        );
     }
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -68,8 +71,16 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             ..GenerateOptions::default()
         };
         let mut stdout = std::io::stdout().lock();
-        let mut on_text = |piece: &str| stdout.write_all(piece.as_bytes()).is_ok() && stdout.flush().is_ok();
-        match generate(&mut runner, &model.tokenizer, &mut sampler, &prompt, &options, &mut on_text) {
+        let mut on_text =
+            |piece: &str| stdout.write_all(piece.as_bytes()).is_ok() && stdout.flush().is_ok();
+        match generate(
+            &mut runner,
+            &model.tokenizer,
+            &mut sampler,
+            &prompt,
+            &options,
+            &mut on_text,
+        ) {
             Ok(reply) => {
                 println!();
                 history.push(Message::new("assistant", reply.text.trim()));

@@ -68,7 +68,9 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
                 bail!("no prompt: pass it as an argument or pipe it on standard input");
             }
             let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading the prompt")?;
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the prompt")?;
             text
         }
     };

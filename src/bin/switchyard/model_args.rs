@@ -41,7 +41,12 @@ impl ModelArgs {
     /// The backends named by `--backends`.
     pub fn backend_set(&self) -> Result<BackendSet> {
         let mut list: Vec<Arc<dyn Backend>> = Vec::new();
-        for name in self.backends.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for name in self
+            .backends
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             match name {
                 "cpu" => list.push(Arc::new(CpuBackend::new(self.threads)?)),
                 other => bail!("unknown backend {other:?} in --backends (available: cpu)"),

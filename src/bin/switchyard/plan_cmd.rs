@@ -9,9 +9,7 @@ use clap::{Args, ValueEnum};
 
 use std::time::Instant;
 
-use switchyard::backend::{
-    cpu::CpuBackend, Backend, BackendSet, KvCache, KvLayout, StepState, Tensor,
-};
+use switchyard::backend::{BackendSet, KvCache, KvLayout, StepState, Tensor};
 use switchyard::cache::{
     get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightStore,
 };
@@ -70,7 +68,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             PlanPhase::Prefill => PREFILL_CHUNK,
             PlanPhase::Decode => 1,
         };
-        eliminate_dead_code(&trace_step(&model.config, model.weights.as_ref(), n_tokens)?)
+        eliminate_dead_code(&trace_step(
+            &model.config,
+            model.weights.as_ref(),
+            n_tokens,
+        )?)
     };
     let plan = plan::partition(&graph, &backends.capabilities(), &Policy::default())?;
     let names = |id| backends.name_of(id);

@@ -1,0 +1,224 @@
+//! Text ⇄ token ids, built on the `tokenizers` crate.
+//!
+//! A [`Tokenizer`] comes either from the vocabulary stored in GGUF metadata
+//! ([`Tokenizer::from_gguf_vocab`], matching llama.cpp's tokenization) or from a Hugging
+//! Face `tokenizer.json` ([`Tokenizer::from_file`]). [`StreamDecoder`] turns a stream of
+//! generated ids into valid UTF-8 text pieces.
+
+mod gguf_vocab;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use stream::StreamDecoder;
+
+/// Errors from building a tokenizer, encoding or decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// `tokenizer.ggml.model` names a tokenizer family this crate does not implement.
+    #[error("unknown tokenizer model {0:?} (supported: \"gpt2\", \"llama\")")]
+    UnknownModel(String),
+    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not know.
+    #[error("unknown pre-tokenizer type {0:?}")]
+    UnknownPre(String),
+    /// The vocabulary arrays are inconsistent (lengths, special ids, merge targets).
+    #[error("invalid vocabulary: {0}")]
+    InvalidVocab(String),
+    /// A merge rule is not of the form `"left right"`.
+    #[error("merge rule #{index} {rule:?} is not \"left right\"")]
+    BadMerge {
+        /// Position of the rule in the merge list.
+        index: usize,
+        /// The rule as stored.
+        rule: String,
+    },
+    /// A token id lies outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]
+    TokenOutOfRange {
+        /// The offending id.
+        id: u32,
+        /// The vocabulary size, added tokens included.
+        vocab_size: usize,
+    },
+    /// A tokenizer file could not be read or parsed.
+    #[error("cannot load tokenizer from {path}: {message}")]
+    Load {
+        /// The file that failed.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The underlying `tokenizers` library reported an error.
+    #[error("tokenizer error: {0}")]
+    Backend(String),
+}
+
+/// The tokenizer part of a GGUF file's metadata, as plain data (filled by the GGUF reader).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VocabSpec {
+    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"` (SentencePiece).
+    pub model: String,
+    /// `tokenizer.ggml.pre`: the pre-tokenizer family, e.g. `"smollm"` or `"llama-bpe"`.
+    pub pre: Option<String>,
+    /// `tokenizer.ggml.tokens`: the piece of every id.
+    pub tokens: Vec<String>,
+    /// `tokenizer.ggml.token_type`: 1 normal, 2 unknown, 3 control, 4 user-defined,
+    /// 6 byte; may be empty (all normal).
+    pub token_types: Vec<i32>,
+    /// `tokenizer.ggml.scores`: SentencePiece piece scores (required for `"llama"`).
+    pub scores: Vec<f32>,
+    /// `tokenizer.ggml.merges`: BPE merges as `"left right"` (required for `"gpt2"`).
+    pub merges: Vec<String>,
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
+    pub eos: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`: whether [`Tokenizer::encode`] prepends BOS.
+    pub add_bos: bool,
+    /// `tokenizer.ggml.add_eos_token`: whether [`Tokenizer::encode`] appends EOS.
+    pub add_eos: bool,
+}
+
+/// Converts a `tokenizers` error into ours.
+fn backend(e: tokenizers::Error) -> TokenizerError {
+    TokenizerError::Backend(e.to_string())
+}
+
+/// A text tokenizer with llama.cpp-compatible special-token handling.
+#[derive(Clone)]
+pub struct Tokenizer {
+    /// Matches control tokens such as `<|im_start|>` in the input.
+    special: tokenizers::Tokenizer,
+    /// Treats control tokens in the input as plain text.
+    plain: tokenizers::Tokenizer,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer described by GGUF metadata.
+    pub fn from_gguf_vocab(spec: &VocabSpec) -> Result<Self, TokenizerError> {
+        let special = gguf_vocab::build(spec)?;
+        Ok(Self::assemble(
+            special,
+            spec.bos,
+            spec.eos,
+            spec.add_bos,
+            spec.add_eos,
+        ))
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS and whether to add them come from a
+    /// `tokenizer_config.json` next to it when present; otherwise none are added.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        let path = path.as_ref();
+        let load_err = |p: &Path, message: String| TokenizerError::Load {
+            path: p.display().to_string(),
+            message,
+        };
+        let special =
+            tokenizers::Tokenizer::from_file(path).map_err(|e| load_err(path, e.to_string()))?;
+        let config_path = path.with_file_name("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => {
+                serde_json::from_str(&text).map_err(|e| load_err(&config_path, e.to_string()))?
+            }
+            Err(_) => serde_json::Value::Null,
+        };
+        let token_id = |key: &str| {
+            let v = &config[key];
+            v.as_str()
+                .or_else(|| v["content"].as_str())
+                .and_then(|t| special.token_to_id(t))
+        };
+        let flag = |key: &str| config[key].as_bool().unwrap_or(false);
+        let (bos, eos) = (token_id("bos_token"), token_id("eos_token"));
+        let (add_bos, add_eos) = (flag("add_bos_token"), flag("add_eos_token"));
+        Ok(Self::assemble(special, bos, eos, add_bos, add_eos))
+    }
+
+    /// Derives the plain-text twin and stores the special ids.
+    fn assemble(
+        special: tokenizers::Tokenizer,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+        add_eos: bool,
+    ) -> Self {
+        let mut plain = special.clone();
+        plain.set_encode_special_tokens(true);
+        Self {
+            special,
+            plain,
+            bos,
+            eos,
+            add_bos: add_bos && bos.is_some(),
+            add_eos: add_eos && eos.is_some(),
+        }
+    }
+
+    /// Encodes `text`. With `special`, control tokens written in the text (e.g.
+    /// `<|im_start|>`) become their ids; without, they are tokenized as plain text.
+    /// BOS/EOS are added only when the vocabulary asks for it (`add_bos`/`add_eos`).
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
+        let tk = if special { &self.special } else { &self.plain };
+        let encoding = tk.encode(text, false).map_err(backend)?;
+        let mut ids = Vec::with_capacity(encoding.len() + 2);
+        ids.extend(self.bos.filter(|_| self.add_bos));
+        ids.extend_from_slice(encoding.get_ids());
+        ids.extend(self.eos.filter(|_| self.add_eos));
+        Ok(ids)
+    }
+
+    /// Decodes `ids` to text; `skip_special` drops control tokens such as `<|im_end|>`.
+    /// Bytes that do not form valid UTF-8 are rendered as U+FFFD.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TokenizerError> {
+        let vocab_size = self.vocab_size();
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(TokenizerError::TokenOutOfRange { id, vocab_size });
+        }
+        self.special.decode(ids, skip_special).map_err(backend)
+    }
+
+    /// Starts an incremental decoder for streaming generated text.
+    pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, skip_special)
+    }
+
+    /// The text of one token as the decoder renders it on its own (specials included;
+    /// a partial UTF-8 sequence shows as U+FFFD — use [`StreamDecoder`] for output).
+    pub fn token_to_piece(&self, id: u32) -> Result<String, TokenizerError> {
+        self.decode(&[id], false)
+    }
+
+    /// The beginning-of-sequence id, if the vocabulary has one.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// The end-of-sequence id, if the vocabulary has one.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Number of ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.special.get_vocab_size(true)
+    }
+}
