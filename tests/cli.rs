@@ -1,0 +1,133 @@
+//! The `switchyard` binary as a user runs it: doctor, plan, generate (text and JSON,
+//! stop strings, seeds) on the default model, and clear errors for bad input.
+
+use std::process::{Command, Output};
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn doctor_reports_the_cpu_backend() {
+    let out = switchyard(&["doctor"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("backend cpu (id 0)"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&switchyard(&["doctor", "--json"]).stdout).unwrap();
+    assert_eq!(json["backends"][0]["name"], "cpu");
+}
+
+#[test]
+fn plan_demo_places_runs_and_hits_the_cache() {
+    let out = switchyard(&["plan", "--demo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("partitions: 1"));
+    assert!(text.contains("graph cache: 2 compiles, 7 hits"), "{text}");
+    let dot = tempfile::NamedTempFile::new().unwrap();
+    let out = switchyard(&[
+        "plan",
+        "--demo",
+        "--json",
+        "--dot",
+        dot.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(plan["partitions"].as_array().unwrap().len() == 1);
+    assert!(std::fs::read_to_string(dot.path())
+        .unwrap()
+        .starts_with("digraph"));
+}
+
+#[test]
+fn generate_json_reports_one_decode_compile_then_hits() {
+    let out = switchyard(&["generate", "The capital of France is", "-n", "6", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["prompt_tokens"],
+        serde_json::json!([504, 3575, 282, 4649, 314])
+    );
+    assert_eq!(json["tokens"][0], 7042, "greedy ' Paris'");
+    let n = json["tokens"].as_array().unwrap().len() as u64;
+    assert_eq!(json["cache"]["decode"]["compiles"], 1);
+    assert_eq!(
+        json["cache"]["decode"]["hits"],
+        n - 2,
+        "n tokens = prefill + n-1 decode steps"
+    );
+    assert_eq!(json["cache"]["prefill"]["compiles"], 1);
+}
+
+#[test]
+fn stop_strings_end_the_text_and_seeds_repeat() {
+    let out = switchyard(&[
+        "generate",
+        "The capital of France is",
+        "-n",
+        "20",
+        "--stop",
+        ".",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim_end(), " Paris");
+    let sampled = |seed: &str| {
+        let args = [
+            "generate",
+            "Once upon a time",
+            "-n",
+            "12",
+            "--temperature",
+            "0.9",
+            "--seed",
+            seed,
+        ];
+        stdout(&switchyard(&args))
+    };
+    assert_eq!(sampled("7"), sampled("7"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let too_long = switchyard(&["generate", "hello", "-n", "5000"]);
+    assert!(!too_long.status.success());
+    assert!(
+        stderr(&too_long).contains("context holds 2048"),
+        "{}",
+        stderr(&too_long)
+    );
+
+    let missing = switchyard(&["generate", "hi", "--model", "/nonexistent/model.gguf"]);
+    assert!(!missing.status.success());
+    assert!(stderr(&missing).contains("/nonexistent/model.gguf"));
+
+    let garbage = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(garbage.path(), b"definitely not a gguf file").unwrap();
+    let bad = switchyard(&[
+        "generate",
+        "hi",
+        "--model",
+        garbage.path().to_str().unwrap(),
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("malformed") || stderr(&bad).contains("magic"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let backend = switchyard(&["generate", "hi", "--backends", "cpu,tpu"]);
+    assert!(stderr(&backend).contains("unknown backend \"tpu\""));
+}
