@@ -197,7 +197,19 @@ fn reason_text(r: &Reason, names: &dyn Fn(BackendId) -> String) -> String {
 }
 
 fn ids(values: &[ValueId]) -> String {
-    let parts: Vec<String> = values.iter().map(ValueId::to_string).collect();
+    let mut parts: Vec<String> = Vec::new();
+    let mut run_start = 0;
+    for i in 0..values.len() {
+        let run_ends = i + 1 == values.len() || values[i + 1].0 != values[i].0 + 1;
+        if run_ends {
+            parts.push(match i - run_start {
+                0 => values[i].to_string(),
+                1 => format!("{}, {}", values[run_start], values[i]),
+                _ => format!("{}..{}", values[run_start], values[i]),
+            });
+            run_start = i + 1;
+        }
+    }
     parts.join(", ")
 }
 
@@ -206,6 +218,13 @@ mod tests {
     use super::*;
     use crate::plan::testutil::mixed;
     use crate::plan::{partition, Policy};
+
+    #[test]
+    fn id_lists_collapse_contiguous_runs() {
+        let list: Vec<ValueId> = [0, 1, 2, 5, 7, 8].into_iter().map(ValueId).collect();
+        assert_eq!(ids(&list), "%0..%2, %5, %7, %8");
+        assert_eq!(ids(&[]), "");
+    }
 
     fn names(b: BackendId) -> String {
         ["cpu", "gpu"]
