@@ -72,8 +72,8 @@ pub(crate) fn softmax(x: &[f32], d: usize, out: &mut [f32]) -> Result<(), Backen
     rows(x, d, out, softmax_row)
 }
 
-/// Softmax of one row; also used by attention.
-pub(crate) fn softmax_row(r: &[f32], o: &mut [f32]) {
+/// Softmax of one row.
+fn softmax_row(r: &[f32], o: &mut [f32]) {
     let max = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
     for (o, &v) in o.iter_mut().zip(r) {
