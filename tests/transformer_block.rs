@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use switchyard::backend::{
     cpu::CpuBackend, sim::SimBackend, Backend, BackendError, BackendSet, HostTensor, KvCache,
-    KvLayout, SharedBytes, StepState, Tensor,
+    KvDType, KvLayout, SharedBytes, StepState, Tensor,
 };
 use switchyard::cache::{
     get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightSource,
@@ -228,6 +228,7 @@ fn kv_cache() -> KvCache {
         capacity: CAPACITY,
         n_kv_heads: HKV,
         head_dim: DH,
+        dtype: KvDType::F32,
     })
 }
 

@@ -15,7 +15,7 @@ mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
 pub use set::BackendSet;
-pub use step::{KvCache, KvLayout, StepState};
+pub use step::{KvCache, KvDType, KvLayout, KvRows, StepState};
 pub use tensor::{plain_bytes, AlignedBytes, HostTensor, ResidentWeight, SharedBytes, Tensor};
 
 use crate::graph::{BufferPlan, Graph, OpKind, ValueId};

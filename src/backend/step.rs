@@ -1,7 +1,19 @@
 //! Per-step runtime state: what changes between calls of the same compiled executor.
 //! Keeping it out of shapes is what lets every decode step reuse one executor.
 
+use half::f16;
+
 use super::BackendError;
+
+/// Element type of a KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
+pub enum KvDType {
+    /// Half precision: half the memory and bandwidth (llama.cpp's default too).
+    #[default]
+    F16,
+    /// Single precision.
+    F32,
+}
 
 /// Shape of a KV cache: fixed capacity, so graphs never depend on the current length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,25 +26,77 @@ pub struct KvLayout {
     pub n_kv_heads: usize,
     /// Dimensions per head.
     pub head_dim: usize,
+    /// How keys and values are stored.
+    pub dtype: KvDType,
 }
 
-/// One sequence's keys and values, `[capacity, n_kv_heads · head_dim]` per layer, in
-/// host memory. Owned by the sequence, not by any executor.
+/// One layer's keys or values, `[capacity, n_kv_heads · head_dim]`.
+#[derive(Clone, Debug)]
+pub enum KvRows {
+    /// Half-precision rows.
+    F16(Vec<f16>),
+    /// Single-precision rows.
+    F32(Vec<f32>),
+}
+
+impl KvRows {
+    fn zeroed(dtype: KvDType, len: usize) -> KvRows {
+        match dtype {
+            KvDType::F16 => KvRows::F16(vec![f16::ZERO; len]),
+            KvDType::F32 => KvRows::F32(vec![0.0; len]),
+        }
+    }
+
+    /// Stores `values` at element offset `start`, converting to the storage type.
+    pub fn write(&mut self, start: usize, values: &[f32]) -> Result<(), BackendError> {
+        let end = start + values.len();
+        let out_of_range =
+            || BackendError::KvCache(format!("rows {start}..{end} exceed the cache"));
+        match self {
+            KvRows::F16(rows) => {
+                use half::slice::HalfFloatSliceExt;
+                rows.get_mut(start..end)
+                    .ok_or_else(out_of_range)?
+                    .convert_from_f32_slice(values);
+            }
+            KvRows::F32(rows) => rows
+                .get_mut(start..end)
+                .ok_or_else(out_of_range)?
+                .copy_from_slice(values),
+        }
+        Ok(())
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            KvRows::F16(rows) => rows.len() * 2,
+            KvRows::F32(rows) => rows.len() * 4,
+        }
+    }
+}
+
+/// One sequence's keys and values in host memory. Owned by the sequence, not by any
+/// executor.
 #[derive(Clone, Debug)]
 pub struct KvCache {
     layout: KvLayout,
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    keys: Vec<KvRows>,
+    values: Vec<KvRows>,
 }
 
 impl KvCache {
     /// An empty cache with room for `layout.capacity` positions.
     pub fn new(layout: KvLayout) -> KvCache {
         let per_layer = layout.capacity * layout.n_kv_heads * layout.head_dim;
+        let layers = || {
+            (0..layout.n_layers)
+                .map(|_| KvRows::zeroed(layout.dtype, per_layer))
+                .collect()
+        };
         KvCache {
             layout,
-            keys: vec![vec![0.0; per_layer]; layout.n_layers],
-            values: vec![vec![0.0; per_layer]; layout.n_layers],
+            keys: layers(),
+            values: layers(),
         }
     }
 
@@ -42,7 +106,7 @@ impl KvCache {
     }
 
     /// Keys and values of `layer`, mutably, or an error naming the layer.
-    pub fn layer_mut(&mut self, layer: usize) -> Result<(&mut [f32], &mut [f32]), BackendError> {
+    pub fn layer_mut(&mut self, layer: usize) -> Result<(&mut KvRows, &mut KvRows), BackendError> {
         match (self.keys.get_mut(layer), self.values.get_mut(layer)) {
             (Some(k), Some(v)) => Ok((k, v)),
             _ => Err(BackendError::KvCache(format!(
@@ -54,11 +118,11 @@ impl KvCache {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        2 * self.layout.n_layers
-            * self.layout.capacity
-            * self.layout.n_kv_heads
-            * self.layout.head_dim
-            * std::mem::size_of::<f32>()
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .map(KvRows::bytes)
+            .sum()
     }
 }
 

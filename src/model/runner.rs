@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{BackendSet, KvCache, KvLayout, StepState, Tensor};
+use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
 use crate::cache::{
     get_or_compile, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
     WeightStore,
@@ -33,6 +33,7 @@ pub struct Runner {
     store: WeightStore,
     cache: GraphCache<Executor>,
     context: usize,
+    kv_dtype: KvDType,
     prefill: PhaseStats,
     decode: PhaseStats,
 }
@@ -95,6 +96,7 @@ impl Runner {
                 max_bytes: 4 << 30,
             }),
             context,
+            kv_dtype: KvDType::default(),
             prefill: PhaseStats::default(),
             decode: PhaseStats::default(),
         }
@@ -103,6 +105,14 @@ impl Runner {
     /// Cache outcomes of prefill and decode lookups, in that order.
     pub fn phase_stats(&self) -> (PhaseStats, PhaseStats) {
         (self.prefill, self.decode)
+    }
+
+    /// The same runner storing keys and values as `dtype` in new sequences.
+    pub fn with_kv_dtype(self, dtype: KvDType) -> Runner {
+        Runner {
+            kv_dtype: dtype,
+            ..self
+        }
     }
 
     /// The model's hyper-parameters.
@@ -123,6 +133,7 @@ impl Runner {
             capacity: self.context + PREFILL_CHUNK,
             n_kv_heads: self.config.n_kv_heads,
             head_dim: self.config.head_dim,
+            dtype: self.kv_dtype,
         };
         Sequence {
             kv: KvCache::new(layout),

@@ -6,7 +6,7 @@ use half::f16;
 
 use super::CpuBackend;
 use crate::backend::{
-    Backend, BackendError, HostTensor, KvCache, KvLayout, PartitionSpec, ResidentWeight,
+    Backend, BackendError, HostTensor, KvCache, KvDType, KvLayout, PartitionSpec, ResidentWeight,
     SharedBytes, StepState, Tensor, WeightProvider,
 };
 use crate::graph::{
@@ -152,6 +152,7 @@ fn attention_partition_decodes_with_cache_and_validates_inputs() {
         capacity: 2,
         n_kv_heads: kv_heads,
         head_dim: dh,
+        dtype: KvDType::F32,
     });
     let qt = Tensor::from_f32([1, heads * dh], &[0.1; 8]).unwrap();
     let v0 = Tensor::from_f32([1, dh], &[1.0, 2.0, 3.0, 4.0]).unwrap();

@@ -5,10 +5,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KvDType};
 use switchyard::model::{fetch, Model, Runner};
+
+/// KV cache element type, as a flag value.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum KvType {
+    /// Half precision.
+    F16,
+    /// Single precision.
+    F32,
+}
 
 /// Which model to run and on what.
 #[derive(Args, Clone)]
@@ -24,6 +33,9 @@ pub struct ModelArgs {
     /// CPU threads (default: all cores).
     #[arg(long, short = 't', value_name = "N")]
     pub threads: Option<usize>,
+    /// How the KV cache stores keys and values: f16 halves its memory, f32 is exact.
+    #[arg(long, value_enum, default_value_t = KvType::F16, value_name = "TYPE")]
+    pub kv_type: KvType,
     /// Backends to use, comma-separated. Only `cpu` exists in this build.
     #[arg(long, default_value = "cpu", value_name = "LIST")]
     pub backends: String,
@@ -65,14 +77,25 @@ impl ModelArgs {
         }
         let path = self.model_path()?;
         let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+        if self.ctx > model.config.context_length {
+            eprintln!(
+                "note: --ctx {} exceeds the model's trained context; using {}",
+                self.ctx, model.config.context_length
+            );
+        }
         let ctx = self.ctx.min(model.config.context_length);
+        let kv_dtype = match self.kv_type {
+            KvType::F16 => KvDType::F16,
+            KvType::F32 => KvDType::F32,
+        };
         let runner = Runner::new(
             model.config.clone(),
             model.weights.clone(),
             model.fingerprint,
             self.backend_set()?,
             ctx,
-        );
+        )
+        .with_kv_dtype(kv_dtype);
         Ok((model, runner))
     }
 }

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use std::time::Instant;
 
-use switchyard::backend::{BackendSet, KvCache, KvLayout, StepState, Tensor};
+use switchyard::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
 use switchyard::cache::{
     get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightStore,
 };
@@ -113,6 +113,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
         capacity: 16,
         n_kv_heads,
         head_dim,
+        dtype: KvDType::F16,
     });
     println!();
     println!("running the demo block: 4-token prefill, then 8 decode steps");

@@ -3,7 +3,9 @@
 use rayon::prelude::*;
 
 use super::check_len;
-use crate::backend::{BackendError, StepState};
+use half::f16;
+
+use crate::backend::{BackendError, KvRows, StepState};
 
 /// Attention attributes (see [`crate::graph::Op::Attention`]).
 #[derive(Clone, Copy, Debug)]
@@ -66,18 +68,20 @@ pub(crate) fn attention(
         )));
     }
     let (keys, values) = cache.layer_mut(p.layer)?;
-    let fresh = kv_len * kv_width..(kv_len + n) * kv_width;
-    keys[fresh.clone()].copy_from_slice(k);
-    values[fresh].copy_from_slice(v);
-    let (keys, values) = (&*keys, &*values);
+    keys.write(kv_len * kv_width, k)?;
+    values.write(kv_len * kv_width, v)?;
+    let (keys, values) = (Rows::of(keys), Rows::of(values));
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
     let wide = wide_vectors_available();
     // One task per (token, kv head): the `group` query heads that share a kv head are
     // scored together, so each key and value row is loaded once for all of them.
     out.par_chunks_mut(group * dh).enumerate().for_each_init(
-        || Vec::with_capacity(group * (kv_len + n)),
-        |scores, (task, o)| {
+        || Scratch {
+            scores: Vec::with_capacity(group * (kv_len + n)),
+            row: vec![0.0; dh],
+        },
+        |scratch, (task, o)| {
             let (t, kv_head) = (task / p.n_kv_heads, task % p.n_kv_heads);
             let task = GroupTask {
                 queries: &q[task * group * dh..][..group * dh],
@@ -91,9 +95,9 @@ pub(crate) fn attention(
             };
             if wide {
                 // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
-                unsafe { task.run_avx2(scores, o) }
+                unsafe { task.run_avx2(scratch, o) }
             } else {
-                task.run(scores, o)
+                task.run(scratch, o)
             }
         },
     );
@@ -114,14 +118,55 @@ fn wide_vectors_available() -> bool {
     }
 }
 
+/// One layer's cached keys or values, borrowed in their storage type.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+impl<'a> Rows<'a> {
+    fn of(rows: &'a KvRows) -> Rows<'a> {
+        match rows {
+            KvRows::F16(r) => Rows::F16(r),
+            KvRows::F32(r) => Rows::F32(r),
+        }
+    }
+
+    /// `len` values from element `start` as f32: borrowed, or converted into `buf`.
+    #[inline(always)]
+    fn get<'b>(self, start: usize, buf: &'b mut [f32]) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        match self {
+            Rows::F32(r) => &r[start..start + buf.len()],
+            Rows::F16(r) => {
+                for (o, h) in buf.iter_mut().zip(&r[start..]) {
+                    *o = h.to_f32();
+                }
+                buf
+            }
+        }
+    }
+}
+
+/// Per-thread buffers of the attention loops.
+struct Scratch {
+    /// `group · seen` scores, then probabilities.
+    scores: Vec<f32>,
+    /// One key or value row converted to f32.
+    row: Vec<f32>,
+}
+
 /// Attention of one token's query heads that share one kv head.
 struct GroupTask<'a> {
     /// `group` query rows of `head_dim`, contiguous.
     queries: &'a [f32],
     /// The layer's keys, `[capacity, kv_width]`.
-    keys: &'a [f32],
+    keys: Rows<'a>,
     /// The layer's values, `[capacity, kv_width]`.
-    values: &'a [f32],
+    values: Rows<'a>,
     kv_width: usize,
     /// Offset of this kv head within a key or value row.
     kv_off: usize,
@@ -138,29 +183,31 @@ impl GroupTask<'_> {
     /// The CPU must support AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
-        self.run(scores, out)
+    unsafe fn run_avx2(&self, scratch: &mut Scratch, out: &mut [f32]) {
+        self.run(scratch, out)
     }
 
     /// Writes the group's attention outputs (`group · head_dim`) into `out`.
     #[inline(always)]
-    fn run(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
+    fn run(&self, scratch: &mut Scratch, out: &mut [f32]) {
         let (dh, seen) = (self.head_dim, self.seen);
         let group = self.queries.len() / dh;
+        let Scratch { scores, row } = scratch;
+        row.resize(dh, 0.0);
         scores.clear();
         scores.resize(group * seen, 0.0);
         for j in 0..seen {
-            let key = &self.keys[j * self.kv_width + self.kv_off..][..dh];
+            let key = self.keys.get(j * self.kv_width + self.kv_off, row);
             for (h, query) in self.queries.chunks_exact(dh).enumerate() {
                 scores[h * seen + j] = self.scale * dot(query, key);
             }
         }
-        for row in scores.chunks_exact_mut(seen) {
-            softmax_in_place(row);
+        for probs in scores.chunks_exact_mut(seen) {
+            softmax_in_place(probs);
         }
         out.fill(0.0);
         for j in 0..seen {
-            let value = &self.values[j * self.kv_width + self.kv_off..][..dh];
+            let value = self.values.get(j * self.kv_width + self.kv_off, row);
             for (h, o) in out.chunks_exact_mut(dh).enumerate() {
                 axpy(scores[h * seen + j], value, o);
             }
@@ -208,7 +255,7 @@ fn softmax_in_place(row: &mut [f32]) {
 mod tests {
     use super::super::testutil::{assert_close, lcg};
     use super::*;
-    use crate::backend::{KvCache, KvLayout};
+    use crate::backend::{KvCache, KvDType, KvLayout};
 
     const P: AttentionParams = AttentionParams {
         layer: 1,
@@ -254,29 +301,49 @@ mod tests {
     fn vectorised_and_portable_loops_agree() {
         let dh = 13;
         let (queries, keys, values) = (lcg(30, 3 * dh), lcg(31, 9 * 2 * dh), lcg(32, 9 * 2 * dh));
-        let task = GroupTask {
-            queries: &queries,
-            keys: &keys,
-            values: &values,
-            kv_width: 2 * dh,
-            kv_off: dh,
-            seen: 9,
-            head_dim: dh,
-            scale: 0.3,
+        let (keys16, values16): (Vec<f16>, Vec<f16>) = (
+            keys.iter().map(|&v| f16::from_f32(v)).collect(),
+            values.iter().map(|&v| f16::from_f32(v)).collect(),
+        );
+        let scratch = || Scratch {
+            scores: Vec::new(),
+            row: Vec::new(),
         };
-        let mut portable = vec![0.0; 3 * dh];
-        task.run(&mut Vec::new(), &mut portable);
-        if wide_vectors_available() {
-            let mut wide = vec![0.0; 3 * dh];
-            // SAFETY: checked just above.
-            unsafe { task.run_avx2(&mut Vec::new(), &mut wide) };
-            assert_close(&wide, &portable, 1e-6);
+        let mut by_storage = Vec::new();
+        for (k, v) in [
+            (Rows::F32(&keys), Rows::F32(&values)),
+            (Rows::F16(&keys16), Rows::F16(&values16)),
+        ] {
+            let task = GroupTask {
+                queries: &queries,
+                keys: k,
+                values: v,
+                kv_width: 2 * dh,
+                kv_off: dh,
+                seen: 9,
+                head_dim: dh,
+                scale: 0.3,
+            };
+            let mut portable = vec![0.0; 3 * dh];
+            task.run(&mut scratch(), &mut portable);
+            if wide_vectors_available() {
+                let mut wide = vec![0.0; 3 * dh];
+                // SAFETY: checked just above.
+                unsafe { task.run_avx2(&mut scratch(), &mut wide) };
+                assert_close(&wide, &portable, 1e-6);
+            }
+            by_storage.push(portable);
         }
-        assert!(portable.iter().all(|v| v.is_finite()));
+        assert_close(&by_storage[1], &by_storage[0], 3e-3);
     }
 
     #[test]
     fn prefill_then_decode_matches_naive_gqa() {
+        prefill_then_decode(KvDType::F32, 1e-5);
+        prefill_then_decode(KvDType::F16, 3e-3);
+    }
+
+    fn prefill_then_decode(dtype: KvDType, tolerance: f32) {
         let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
         let (q, k, v) = (lcg(20, 4 * qw), lcg(21, 4 * kw), lcg(22, 4 * kw));
         let want = naive(&q, &k, &v, 4);
@@ -285,6 +352,7 @@ mod tests {
             capacity: 6,
             n_kv_heads: 2,
             head_dim: 5,
+            dtype,
         });
         let mut out = vec![0.0; 3 * qw];
         let mut state = StepState {
@@ -300,7 +368,7 @@ mod tests {
             &mut out,
         )
         .unwrap();
-        assert_close(&out, &want[..3 * qw], 1e-5);
+        assert_close(&out, &want[..3 * qw], tolerance);
         state.kv_len = 3;
         let mut last = vec![0.0; qw];
         attention(
@@ -312,7 +380,7 @@ mod tests {
             &mut last,
         )
         .unwrap();
-        assert_close(&last, &want[3 * qw..], 1e-5);
+        assert_close(&last, &want[3 * qw..], tolerance);
         state.kv_len = 6;
         let full = attention(
             &q[3 * qw..],
@@ -338,6 +406,7 @@ mod tests {
             capacity: 4,
             n_kv_heads: 2,
             head_dim: 5,
+            dtype: KvDType::F32,
         });
         let mut state = StepState {
             kv_len: 0,
