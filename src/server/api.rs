@@ -9,6 +9,9 @@ use crate::model::chat_template::Message;
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
 const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
 
+/// Most stop strings a request may give.
+const MAX_STOP_STRINGS: usize = 16;
+
 /// The top-level object of a request body.
 pub(crate) type Body = Map<String, Value>;
 
@@ -205,6 +208,10 @@ fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
     match body.get("stop") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(list)) if list.len() > MAX_STOP_STRINGS => Err(ApiError::bad_value(
+            "stop",
+            format!("At most {MAX_STOP_STRINGS} stop strings are supported."),
+        )),
         Some(Value::Array(list)) => list
             .iter()
             .map(|v| {

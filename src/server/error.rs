@@ -5,6 +5,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::engine::EngineError;
+use crate::model::ModelError;
+
 /// An error a request ends with, rendered as OpenAI renders its errors.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
@@ -146,5 +149,55 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+impl From<EngineError> for ApiError {
+    /// The response for a job the engine failed.
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Model(e) => match *e {
+                e @ ModelError::ContextFull { .. } => {
+                    ApiError::invalid("context_length_exceeded", None, e.to_string())
+                }
+                ModelError::Input(message) => ApiError::invalid("invalid_value", None, message),
+                e => ApiError::server(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "generation_failed",
+                    e.to_string(),
+                ),
+            },
+            EngineError::Panicked(what) => ApiError::server(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                format!("The generation failed unexpectedly: {what}"),
+            ),
+            EngineError::ShuttingDown => ApiError::shutting_down(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_failures_map_to_statuses() {
+        let full = EngineError::Model(Box::new(ModelError::ContextFull {
+            needed: 9,
+            context: 8,
+        }));
+        let cases = [
+            (full, 400, "context_length_exceeded"),
+            (EngineError::Panicked("boom".into()), 500, "internal_error"),
+            (EngineError::ShuttingDown, 503, "shutting_down"),
+        ];
+        for (error, status, code) in cases {
+            let api = ApiError::from(error);
+            assert_eq!((api.status.as_u16(), api.code), (status, code));
+        }
+        let busy = ApiError::queue_full(8).into_response();
+        assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
     }
 }

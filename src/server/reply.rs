@@ -155,7 +155,7 @@ impl Streaming {
                 }
                 None
             }
-            Some(Event::Done(Err(error))) => Some(super::routes::engine_error(error)),
+            Some(Event::Done(Err(error))) => Some(ApiError::from(error)),
             None => Some(ApiError::shutting_down()),
         };
         if let Some(error) = end {

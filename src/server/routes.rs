@@ -16,12 +16,12 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::api::{self, Params};
-use super::engine::{EngineError, EngineHandle, Event, Job, SubmitError};
+use super::engine::{EngineHandle, Event, Job, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
 use crate::model::sampler::SamplerConfig;
-use crate::model::{GenerateOptions, Model, ModelError};
+use crate::model::{GenerateOptions, Model};
 
 /// Bytes of an oversized body read (and dropped) before answering 413, so that the
 /// client reads the answer instead of a reset connection.
@@ -246,7 +246,7 @@ async fn wait(
     loop {
         match events.recv().await {
             Some(Event::Text(_)) => {}
-            Some(Event::Done(result)) => return result.map_err(engine_error),
+            Some(Event::Done(result)) => return result.map_err(ApiError::from),
             None => return Err(ApiError::shutting_down()),
         }
     }
@@ -307,29 +307,6 @@ fn check_lengths(
         ));
     }
     Ok(max_tokens)
-}
-
-/// The response for a job the engine failed.
-pub(crate) fn engine_error(error: EngineError) -> ApiError {
-    match error {
-        EngineError::Model(e) => match *e {
-            e @ ModelError::ContextFull { .. } => {
-                ApiError::invalid("context_length_exceeded", None, e.to_string())
-            }
-            ModelError::Input(message) => ApiError::invalid("invalid_value", None, message),
-            e => ApiError::server(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "generation_failed",
-                e.to_string(),
-            ),
-        },
-        EngineError::Panicked(what) => ApiError::server(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            format!("The generation failed unexpectedly: {what}"),
-        ),
-        EngineError::ShuttingDown => ApiError::shutting_down(),
-    }
 }
 
 /// Seconds since the Unix epoch.

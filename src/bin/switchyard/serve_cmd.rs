@@ -1,7 +1,7 @@
 //! `switchyard serve`: loads the model once and serves an OpenAI-compatible HTTP API
 //! until SIGINT or SIGTERM.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use switchyard::server::{self, ServerConfig, DEFAULT_BODY_LIMIT};
@@ -24,8 +24,14 @@ pub struct ServeArgs {
     max_queue: usize,
 }
 
+/// Largest `--max-queue` (the queue's slots are allocated up front).
+const MAX_QUEUE_LIMIT: usize = 4096;
+
 /// Runs the server until a shutdown signal.
 pub fn run(args: &ServeArgs) -> Result<()> {
+    if args.max_queue > MAX_QUEUE_LIMIT {
+        bail!("--max-queue must be at most {MAX_QUEUE_LIMIT}");
+    }
     let (model, runner) = args.model.load()?;
     let id = server::model_id(&model.path);
     let runtime = tokio::runtime::Builder::new_multi_thread()
