@@ -12,3 +12,4 @@ pub mod exec;
 pub mod graph;
 pub mod model;
 pub mod plan;
+pub mod server;

@@ -120,6 +120,11 @@ impl Runner {
         &self.config
     }
 
+    /// Most positions (prompt + generated tokens) one sequence holds.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
     /// Graph-cache counters.
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()

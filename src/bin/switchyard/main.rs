@@ -8,6 +8,7 @@ mod generate_cmd;
 mod model_args;
 mod plan_cmd;
 mod sampling_args;
+mod serve_cmd;
 mod tokenize_cmd;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +34,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show how a graph is placed across backends: node → backend → why.
     Plan(plan_cmd::PlanArgs),
+    /// Serve an OpenAI-compatible HTTP API (chat, completions, streaming, metrics).
+    Serve(serve_cmd::ServeArgs),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
         Command::Tokenize(args) => tokenize_cmd::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Serve(args) => serve_cmd::run(&args),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

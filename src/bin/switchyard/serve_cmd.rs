@@ -1,0 +1,58 @@
+//! `switchyard serve`: loads the model once and serves an OpenAI-compatible HTTP API
+//! until SIGINT or SIGTERM.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use switchyard::server::{self, ServerConfig, DEFAULT_BODY_LIMIT};
+
+use crate::model_args::ModelArgs;
+
+/// Flags of `switchyard serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on (loopback by default; the API has no authentication).
+    #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+    host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080, value_name = "PORT")]
+    port: u16,
+    /// Most requests that wait while one is generated; the next gets 429.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    max_queue: usize,
+}
+
+/// Largest `--max-queue` (the queue's slots are allocated up front).
+const MAX_QUEUE_LIMIT: usize = 4096;
+
+/// Runs the server until a shutdown signal.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    if args.max_queue > MAX_QUEUE_LIMIT {
+        bail!("--max-queue must be at most {MAX_QUEUE_LIMIT}");
+    }
+    let (model, runner) = args.model.load()?;
+    let id = server::model_id(&model.path);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
+        let address = listener.local_addr()?;
+        eprintln!(
+            "switchyard: serving {id} (context {}) — listening on http://{address}",
+            runner.context()
+        );
+        let config = ServerConfig {
+            max_queue: args.max_queue,
+            body_limit: DEFAULT_BODY_LIMIT,
+        };
+        server::serve(listener, model, runner, config, server::shutdown_signal()).await?;
+        eprintln!("switchyard: stopped");
+        Ok(())
+    })
+}

@@ -1,0 +1,321 @@
+//! Reads OpenAI request bodies field by field, so that every missing field, wrong type
+//! and bad value gets a 400 naming the field, as OpenAI answers.
+
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use crate::model::chat_template::Message;
+
+/// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
+
+/// Most stop strings a request may give.
+const MAX_STOP_STRINGS: usize = 16;
+
+/// The top-level object of a request body.
+pub(crate) type Body = Map<String, Value>;
+
+/// Parses a body as a JSON object.
+pub(crate) fn parse_body(bytes: &[u8]) -> Result<Body, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::invalid(
+            "invalid_request",
+            None,
+            "The request body must be a JSON object.",
+        )),
+        Err(e) => Err(ApiError::invalid(
+            "invalid_json",
+            None,
+            format!("We could not parse the JSON body of your request: {e}."),
+        )),
+    }
+}
+
+/// Sampling and stopping settings common to both completion endpoints.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Params {
+    /// The `model` field, when present.
+    pub model: Option<String>,
+    /// Softmax temperature (OpenAI's default is 1).
+    pub temperature: f32,
+    /// Nucleus sampling mass (1 = off).
+    pub top_p: f32,
+    /// Most tokens to generate, when given.
+    pub max_tokens: Option<usize>,
+    /// Texts that end the generation.
+    pub stop: Vec<String>,
+    /// Random seed, when given.
+    pub seed: Option<u64>,
+    /// Whether to answer with Server-Sent Events.
+    pub stream: bool,
+    /// `stream_options.include_usage`: send a last chunk with the token counts.
+    pub include_usage: bool,
+}
+
+impl Params {
+    /// Reads the common fields of `body`.
+    pub fn parse(body: &Body) -> Result<Params, ApiError> {
+        let model = opt_str(body, "model")?;
+        let temperature = opt_f64(body, "temperature")?.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::bad_value(
+                "temperature",
+                format!("temperature must be between 0 and 2, got {temperature}."),
+            ));
+        }
+        let top_p = opt_f64(body, "top_p")?.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&top_p) {
+            return Err(ApiError::bad_value(
+                "top_p",
+                format!("top_p must be between 0 and 1, got {top_p}."),
+            ));
+        }
+        let max_tokens = match opt_int(body, "max_tokens")? {
+            Some(n) => Some(n),
+            None => opt_int(body, "max_completion_tokens")?,
+        };
+        let max_tokens = match max_tokens {
+            Some(n) if n <= 0 => {
+                return Err(ApiError::bad_value(
+                    "max_tokens",
+                    format!("max_tokens must be at least 1, got {n}."),
+                ))
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            None => None,
+        };
+        let seed = match body.get("seed") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .or_else(|| v.as_i64().map(|s| s as u64))
+                    .ok_or_else(|| ApiError::wrong_type("seed", "an integer"))?,
+            ),
+        };
+        if let Some(n) = opt_int(body, "n")? {
+            if n != 1 {
+                return Err(ApiError::bad_value(
+                    "n",
+                    format!("Only n = 1 is supported, got {n}."),
+                ));
+            }
+        }
+        let include_usage = match body.get("stream_options") {
+            None | Some(Value::Null) => false,
+            Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
+            Some(_) => return Err(ApiError::wrong_type("stream_options", "an object")),
+        };
+        Ok(Params {
+            model,
+            temperature: temperature as f32,
+            top_p: top_p as f32,
+            max_tokens,
+            stop: stop_strings(body)?,
+            seed,
+            stream: opt_bool(body, "stream")?.unwrap_or(false),
+            include_usage,
+        })
+    }
+}
+
+/// The `messages` of a chat request, checked and flattened to text.
+pub(crate) fn messages(body: &Body) -> Result<Vec<Message>, ApiError> {
+    let list = match body.get("messages") {
+        None | Some(Value::Null) => return Err(ApiError::missing("messages")),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(ApiError::wrong_type("messages", "an array")),
+    };
+    if list.is_empty() {
+        return Err(ApiError::bad_value(
+            "messages",
+            "messages must hold at least one message.",
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| message(i, item))
+        .collect()
+}
+
+fn message(i: usize, item: &Value) -> Result<Message, ApiError> {
+    let at = |field: &str| format!("messages[{i}].{field}");
+    let Value::Object(obj) = item else {
+        return Err(ApiError::wrong_type(&format!("messages[{i}]"), "an object"));
+    };
+    let role = match obj.get("role") {
+        None | Some(Value::Null) => return Err(ApiError::missing(&at("role"))),
+        Some(Value::String(role)) => role.as_str(),
+        Some(_) => return Err(ApiError::wrong_type(&at("role"), "a string")),
+    };
+    if !ROLES.contains(&role) {
+        return Err(ApiError::bad_value(
+            &at("role"),
+            format!("Unknown role '{role}': expected system, user, assistant or developer."),
+        ));
+    }
+    let content = match obj.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => text_parts(&at("content"), parts)?,
+        Some(_) => {
+            return Err(ApiError::wrong_type(
+                &at("content"),
+                "a string or an array of text parts",
+            ))
+        }
+    };
+    let role = if role == "developer" { "system" } else { role };
+    Ok(Message::new(role, content))
+}
+
+/// Joins the `text` of content parts; other part types are refused.
+fn text_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for part in parts {
+        match (part.get("type"), part.get("text")) {
+            (Some(Value::String(kind)), Some(Value::String(t))) if kind == "text" => {
+                text.push_str(t)
+            }
+            _ => {
+                return Err(ApiError::bad_value(
+                    param,
+                    "Only content parts of type 'text' with a string 'text' are supported.",
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The `prompt` of a completion request: a string, or a list of exactly one string.
+pub(crate) fn prompt(body: &Body) -> Result<String, ApiError> {
+    match body.get("prompt") {
+        None | Some(Value::Null) => Err(ApiError::missing("prompt")),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::Array(list)) => match list.as_slice() {
+            [Value::String(text)] => Ok(text.clone()),
+            _ => Err(ApiError::bad_value(
+                "prompt",
+                "prompt must be a string or a list of exactly one string.",
+            )),
+        },
+        Some(_) => Err(ApiError::wrong_type("prompt", "a string")),
+    }
+}
+
+fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
+    match body.get("stop") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(list)) if list.len() > MAX_STOP_STRINGS => Err(ApiError::bad_value(
+            "stop",
+            format!("At most {MAX_STOP_STRINGS} stop strings are supported."),
+        )),
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::wrong_type("stop", "a string or a list of strings"))
+            })
+            .collect(),
+        Some(_) => Err(ApiError::wrong_type(
+            "stop",
+            "a string or a list of strings",
+        )),
+    }
+}
+
+fn opt_str(body: &Body, key: &str) -> Result<Option<String>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::wrong_type(key, "a string")),
+    }
+}
+
+fn opt_f64(body: &Body, key: &str) -> Result<Option<f64>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(_) => Err(ApiError::wrong_type(key, "a number")),
+    }
+}
+
+fn opt_int(body: &Body, key: &str) -> Result<Option<i64>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(_)) => Ok(Some(i64::MAX)),
+            _ => Err(ApiError::wrong_type(key, "an integer")),
+        },
+        Some(_) => Err(ApiError::wrong_type(key, "an integer")),
+    }
+}
+
+fn opt_bool(body: &Body, key: &str) -> Result<Option<bool>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::wrong_type(key, "a boolean")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(text: &str) -> Body {
+        parse_body(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn defaults_follow_openai() {
+        let p = Params::parse(&body("{}")).unwrap();
+        assert_eq!((p.temperature, p.top_p, p.stream), (1.0, 1.0, false));
+        assert!(p.max_tokens.is_none() && p.stop.is_empty() && p.seed.is_none());
+    }
+
+    #[test]
+    fn fields_are_read_and_checked() {
+        let p = Params::parse(&body(
+            r#"{"max_tokens": 5, "stop": ["a", "b"], "seed": -1, "stream": true,
+                "stream_options": {"include_usage": true}, "temperature": 0}"#,
+        ))
+        .unwrap();
+        assert_eq!(p.max_tokens, Some(5));
+        assert_eq!(p.stop, ["a", "b"]);
+        assert_eq!(p.seed, Some(u64::MAX));
+        assert!(p.stream && p.include_usage);
+        let code = |text: &str| Params::parse(&body(text)).unwrap_err().code;
+        assert_eq!(code(r#"{"max_tokens": 0}"#), "invalid_value");
+        assert_eq!(code(r#"{"max_tokens": 1.5}"#), "invalid_type");
+        assert_eq!(code(r#"{"temperature": "hot"}"#), "invalid_type");
+        assert_eq!(code(r#"{"temperature": 3}"#), "invalid_value");
+        assert_eq!(code(r#"{"stop": 3}"#), "invalid_type");
+        assert_eq!(code(r#"{"n": 2}"#), "invalid_value");
+    }
+
+    #[test]
+    fn messages_and_prompts() {
+        let m = messages(&body(
+            r#"{"messages": [{"role": "developer", "content": [{"type": "text", "text": "hi"}]}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(m, [Message::new("system", "hi")]);
+        let err = |text: &str| messages(&body(text)).unwrap_err();
+        assert_eq!(err("{}").code, "missing_required_parameter");
+        assert_eq!(err(r#"{"messages": []}"#).code, "invalid_value");
+        let bad_role = err(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#);
+        assert_eq!(bad_role.param.as_deref(), Some("messages[0].role"));
+        assert_eq!(prompt(&body(r#"{"prompt": ["x"]}"#)).unwrap(), "x");
+        assert_eq!(
+            prompt(&body(r#"{"prompt": 1}"#)).unwrap_err().code,
+            "invalid_type"
+        );
+        assert_eq!(parse_body(b"{").unwrap_err().code, "invalid_json");
+        assert_eq!(parse_body(b"[1]").unwrap_err().code, "invalid_request");
+    }
+}

@@ -1,0 +1,290 @@
+//! The server's counters, gauges and histograms, written out in the Prometheus text
+//! exposition format (version 0.0.4) by hand.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::cache::CacheStats;
+use crate::model::{FinishReason, PhaseStats};
+
+/// Upper bounds (seconds) of the time-to-first-token buckets.
+const TTFT_BUCKETS: [f64; 12] = [
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+/// Upper bounds (seconds) of the per-output-token latency buckets.
+const TPOT_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5,
+];
+
+/// A cumulative histogram with fixed buckets.
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, value: f64) {
+        for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
+            if value <= *bound {
+                *count += 1;
+            }
+        }
+        self.sum += value;
+        self.count += 1;
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, "histogram", help);
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", self.sum, self.count);
+    }
+}
+
+/// The graph cache's counters as the engine last saw them.
+#[derive(Default, Clone, Copy)]
+struct CacheSnapshot {
+    total: CacheStats,
+    prefill: PhaseStats,
+    decode: PhaseStats,
+}
+
+/// Everything `/metrics` reports; shared by the handlers and the engine thread.
+pub(crate) struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    finished: Mutex<BTreeMap<&'static str, u64>>,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    queue_depth: AtomicI64,
+    running: AtomicI64,
+    ttft: Mutex<Histogram>,
+    tpot: Mutex<Histogram>,
+    cache: Mutex<CacheSnapshot>,
+}
+
+/// Writes the `# HELP` and `# TYPE` lines of a metric family.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Metrics {
+    /// Zeroed metrics.
+    pub fn new() -> Metrics {
+        Metrics {
+            requests: Mutex::new(BTreeMap::new()),
+            finished: Mutex::new(BTreeMap::new()),
+            prompt_tokens: AtomicU64::new(0),
+            completion_tokens: AtomicU64::new(0),
+            queue_depth: AtomicI64::new(0),
+            running: AtomicI64::new(0),
+            ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
+            tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
+            cache: Mutex::new(CacheSnapshot::default()),
+        }
+    }
+
+    /// Counts a response of `status` from `endpoint`.
+    pub fn request(&self, endpoint: &'static str, status: u16) {
+        *lock(&self.requests).entry((endpoint, status)).or_default() += 1;
+    }
+
+    /// Adds `delta` to the number of requests waiting for the engine.
+    pub fn queue_add(&self, delta: i64) {
+        self.queue_depth.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Adds `delta` to the number of generations running.
+    pub fn running_add(&self, delta: i64) {
+        self.running.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Records a finished generation: its token counts, why it ended, its time to first
+    /// token (from submission) and its mean decode time per token.
+    pub fn generation(
+        &self,
+        prompt: usize,
+        completion: usize,
+        reason: FinishReason,
+        ttft_s: f64,
+        per_token_s: Option<f64>,
+    ) {
+        self.prompt_tokens
+            .fetch_add(prompt as u64, Ordering::Relaxed);
+        self.completion_tokens
+            .fetch_add(completion as u64, Ordering::Relaxed);
+        let reason = match reason {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        };
+        *lock(&self.finished).entry(reason).or_default() += 1;
+        if completion > 0 {
+            lock(&self.ttft).observe(ttft_s);
+        }
+        if let Some(t) = per_token_s {
+            lock(&self.tpot).observe(t);
+        }
+    }
+
+    /// Stores the graph cache's counters.
+    pub fn cache(&self, total: CacheStats, (prefill, decode): (PhaseStats, PhaseStats)) {
+        *lock(&self.cache) = CacheSnapshot {
+            total,
+            prefill,
+            decode,
+        };
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let name = "switchyard_requests_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "HTTP responses by endpoint and status code.",
+        );
+        for ((endpoint, status), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "{name}{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
+            );
+        }
+        let name = "switchyard_generations_total";
+        header(
+            &mut out,
+            name,
+            "counter",
+            "Finished generations by finish reason (cancelled: client gone or shutdown).",
+        );
+        for (reason, n) in lock(&self.finished).iter() {
+            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {n}");
+        }
+        let simple = [
+            (
+                "switchyard_prompt_tokens_total",
+                "counter",
+                "Prompt tokens evaluated.",
+                self.prompt_tokens.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "switchyard_completion_tokens_total",
+                "counter",
+                "Tokens generated.",
+                self.completion_tokens.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "switchyard_queue_depth",
+                "gauge",
+                "Requests waiting for the engine.",
+                self.queue_depth.load(Ordering::Relaxed).max(0),
+            ),
+            (
+                "switchyard_requests_running",
+                "gauge",
+                "Generations the engine is running.",
+                self.running.load(Ordering::Relaxed).max(0),
+            ),
+        ];
+        for (name, kind, help, value) in simple {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        lock(&self.ttft).write(
+            &mut out,
+            "switchyard_time_to_first_token_seconds",
+            "Time from submission to the first generated token.",
+        );
+        lock(&self.tpot).write(
+            &mut out,
+            "switchyard_time_per_output_token_seconds",
+            "Mean decode time per generated token, one observation per generation.",
+        );
+        self.render_cache(&mut out);
+        out
+    }
+
+    fn render_cache(&self, out: &mut String) {
+        let c = *lock(&self.cache);
+        let totals = [
+            (
+                "hits",
+                c.total.hits,
+                "Graph-cache lookups answered from the cache.",
+            ),
+            ("misses", c.total.misses, "Graph-cache lookups that missed."),
+            ("compiles", c.total.compiles, "Executors compiled."),
+            (
+                "evictions",
+                c.total.evictions,
+                "Graph-cache entries evicted.",
+            ),
+        ];
+        for (what, value, help) in totals {
+            let name = format!("switchyard_graph_cache_{what}_total");
+            header(out, &name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        let name = "switchyard_graph_cache_phase_lookups_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Graph-cache lookups by step phase and outcome.",
+        );
+        for (phase, s) in [("prefill", c.prefill), ("decode", c.decode)] {
+            for (outcome, n) in [("hit", s.hits), ("miss", s.misses), ("compile", s.compiles)] {
+                let _ = writeln!(out, "{name}{{phase=\"{phase}\",outcome=\"{outcome}\"}} {n}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_every_family() {
+        let m = Metrics::new();
+        m.request("/v1/completions", 200);
+        m.request("/v1/completions", 429);
+        m.generation(5, 3, FinishReason::Length, 0.3, Some(0.07));
+        m.queue_add(2);
+        let text = m.render();
+        for line in [
+            "switchyard_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
+            "switchyard_generations_total{reason=\"length\"} 1",
+            "switchyard_prompt_tokens_total 5",
+            "switchyard_completion_tokens_total 3",
+            "switchyard_queue_depth 2",
+            "switchyard_time_to_first_token_seconds_bucket{le=\"0.5\"} 1",
+            "switchyard_time_to_first_token_seconds_bucket{le=\"0.25\"} 0",
+            "switchyard_time_per_output_token_seconds_count 1",
+            "switchyard_graph_cache_compiles_total 0",
+            "switchyard_graph_cache_phase_lookups_total{phase=\"decode\",outcome=\"hit\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}

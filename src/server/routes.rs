@@ -1,0 +1,317 @@
+//! The HTTP endpoints: checks a request, tokenizes it, queues it on the engine and
+//! answers with a whole completion or a stream.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::api::{self, Params};
+use super::engine::{EngineHandle, Event, Job, SubmitError};
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::reply::{self, CancelOnDrop, Kind, Reply};
+use crate::model::sampler::SamplerConfig;
+use crate::model::{GenerateOptions, Model};
+
+/// Bytes of an oversized body read (and dropped) before answering 413, so that the
+/// client reads the answer instead of a reset connection.
+const DRAIN_LIMIT: usize = 64 << 20;
+/// `max_tokens` of a completion request that does not say (OpenAI's default).
+const DEFAULT_COMPLETION_TOKENS: usize = 16;
+/// The endpoints, as `/metrics` labels them; anything else is `other`.
+const ENDPOINTS: [&str; 6] = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/v1/models/{id}",
+];
+
+/// What the handlers share.
+pub(crate) struct App {
+    /// The model (tokenizer, chat template, stop ids).
+    pub model: Arc<Model>,
+    /// Where jobs go.
+    pub engine: EngineHandle,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// The id clients name the model by.
+    pub model_id: String,
+    /// Positions one sequence holds.
+    pub context: usize,
+    /// Most requests waiting.
+    pub max_queue: usize,
+    /// Largest request body, bytes.
+    pub body_limit: usize,
+    /// Server start, Unix seconds (the model's `created`).
+    pub started: u64,
+    /// Numbers replies.
+    pub next_id: AtomicU64,
+}
+
+/// The router with every endpoint, request counting and OpenAI-style 404/405s.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(one_model))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(metrics))
+        .fallback(|request: Request| async move { ApiError::no_route(request.uri().path()) })
+        .method_not_allowed_fallback(|| async {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                code: "method_not_allowed",
+                ..ApiError::invalid("", None, "This endpoint does not take that method.")
+            }
+        })
+        .layer(middleware::from_fn_with_state(app.clone(), count_requests))
+        .with_state(app)
+}
+
+async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let endpoint = ENDPOINTS
+        .iter()
+        .find(|e| **e == path || (e.ends_with("{id}") && path.starts_with("/v1/models/")))
+        .copied()
+        .unwrap_or("other");
+    let response = next.run(request).await;
+    app.metrics.request(endpoint, response.status().as_u16());
+    response
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], app.metrics.render()).into_response()
+}
+
+fn model_card(app: &App) -> serde_json::Value {
+    json!({"id": app.model_id, "object": "model", "created": app.started, "owned_by": "switchyard"})
+}
+
+async fn models(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(json!({"object": "list", "data": [model_card(&app)]}))
+}
+
+async fn one_model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    if id == app.model_id {
+        Json(model_card(&app)).into_response()
+    } else {
+        ApiError::unknown_model(&id, &app.model_id).into_response()
+    }
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, body: Body) -> Response {
+    complete(app, Kind::Chat, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn completions(State(app): State<Arc<App>>, body: Body) -> Response {
+    complete(app, Kind::Text, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Reads at most `limit` bytes of `body`; a longer body is drained (up to
+/// [`DRAIN_LIMIT`]) and refused with 413.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let mut chunks = body.into_data_stream();
+    let (mut kept, mut seen) = (Vec::new(), 0usize);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::invalid(
+                "invalid_body",
+                None,
+                format!("Reading the body failed: {e}."),
+            )
+        })?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            kept.extend_from_slice(&chunk);
+        } else if seen > DRAIN_LIMIT {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(Bytes::from(kept))
+}
+
+/// What to tokenize: a chat's messages or a completion's prompt.
+enum Input {
+    Messages(Vec<crate::model::chat_template::Message>),
+    Prompt(String),
+}
+
+async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(body, app.body_limit).await?;
+    let body = api::parse_body(&bytes)?;
+    let params = Params::parse(&body)?;
+    if let Some(asked) = params.model.as_deref() {
+        if asked != app.model_id {
+            return Err(ApiError::unknown_model(asked, &app.model_id));
+        }
+    }
+    let input = match kind {
+        Kind::Chat => Input::Messages(api::messages(&body)?),
+        Kind::Text => Input::Prompt(api::prompt(&body)?),
+    };
+    let model = app.model.clone();
+    let prompt = tokio::task::spawn_blocking(move || tokenize(&model, input))
+        .await
+        .map_err(|e| {
+            ApiError::server(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                format!("tokenizing failed: {e}"),
+            )
+        })??;
+    let default_max = match kind {
+        Kind::Chat => app.context.saturating_sub(prompt.len()),
+        Kind::Text => DEFAULT_COMPLETION_TOKENS,
+    };
+    let max_tokens = check_lengths(&app, prompt.len(), params.max_tokens, default_max)?;
+    let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    // top_p = 0 keeps only the most likely token: greedy.
+    let (temperature, top_p) = if params.top_p == 0.0 {
+        (0.0, 1.0)
+    } else {
+        (params.temperature, params.top_p)
+    };
+    let job = Job {
+        prompt,
+        options: GenerateOptions {
+            max_tokens,
+            stop_strings: params.stop.clone(),
+            stop_ids: app.model.stop_ids.clone(),
+            ..GenerateOptions::default()
+        },
+        sampler: SamplerConfig {
+            temperature,
+            top_k: 0,
+            top_p,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            repeat_last_n: 0,
+            seed: params.seed.unwrap_or_else(rand::random),
+        },
+        events: sender,
+        cancel: cancel.clone(),
+        submitted: Instant::now(),
+    };
+    match app.engine.submit(job) {
+        Ok(()) => {}
+        Err(SubmitError::Full) => return Err(ApiError::queue_full(app.max_queue)),
+        Err(SubmitError::Stopped) => return Err(ApiError::shutting_down()),
+    }
+    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let reply = Reply {
+        kind,
+        id: match kind {
+            Kind::Chat => format!("chatcmpl-{:x}-{n}", app.started),
+            Kind::Text => format!("cmpl-{:x}-{n}", app.started),
+        },
+        created: unix_now(),
+        model: app.model_id.clone(),
+    };
+    let cancel = CancelOnDrop(cancel);
+    if params.stream {
+        return Ok(reply::stream(reply, events, params.include_usage, cancel).into_response());
+    }
+    let outcome = wait(events).await?;
+    drop(cancel);
+    Ok(Json(reply.full(&outcome)).into_response())
+}
+
+/// Waits for a job's end, ignoring its streamed text.
+async fn wait(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Result<super::engine::Outcome, ApiError> {
+    loop {
+        match events.recv().await {
+            Some(Event::Text(_)) => {}
+            Some(Event::Done(result)) => return result.map_err(ApiError::from),
+            None => return Err(ApiError::shutting_down()),
+        }
+    }
+}
+
+/// Renders and tokenizes the input (runs on a blocking thread).
+fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
+    let (text, special) = match input {
+        Input::Prompt(text) => (text, false),
+        Input::Messages(messages) => {
+            let template = model.chat_template.as_ref().ok_or_else(|| {
+                ApiError::invalid(
+                    "no_chat_template",
+                    Some("messages"),
+                    "This model has no chat template; use /v1/completions.",
+                )
+            })?;
+            let text = template
+                .render(&messages, true)
+                .map_err(|e| ApiError::bad_value("messages", e.to_string()))?;
+            (text, true)
+        }
+    };
+    model
+        .tokenizer
+        .encode(&text, special)
+        .map_err(|e| ApiError::bad_value("prompt", format!("The prompt does not tokenize: {e}")))
+}
+
+/// The token limit to use, or a 400 when the prompt and limit do not fit the context.
+fn check_lengths(
+    app: &App,
+    prompt: usize,
+    max_tokens: Option<usize>,
+    default_max: usize,
+) -> Result<usize, ApiError> {
+    let context = app.context;
+    if prompt == 0 {
+        return Err(ApiError::bad_value("prompt", "The prompt is empty."));
+    }
+    if let Some(n) = max_tokens.filter(|&n| n > context) {
+        return Err(ApiError::bad_value(
+            "max_tokens",
+            format!("max_tokens is {n}, but this model's context holds {context} tokens."),
+        ));
+    }
+    let max_tokens = max_tokens.unwrap_or(default_max);
+    if prompt >= context || prompt + max_tokens > context {
+        return Err(ApiError::invalid(
+            "context_length_exceeded",
+            Some("messages"),
+            format!(
+                "This model's maximum context length is {context} tokens. However, you \
+                 requested {} tokens ({prompt} in the prompt, {max_tokens} for the \
+                 completion). Please reduce the prompt or max_tokens.",
+                prompt + max_tokens
+            ),
+        ));
+    }
+    Ok(max_tokens)
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

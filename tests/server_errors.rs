@@ -1,0 +1,233 @@
+//! `switchyard serve` answers every bad request with the right 4xx and an OpenAI-style
+//! error body, and keeps serving: malformed JSON, missing fields, wrong types, an
+//! unknown model, bad `max_tokens`, a prompt longer than the context, an unknown role,
+//! an oversized body, unknown paths and methods, and garbage on the socket.
+
+mod server_support;
+
+use std::io::{Read, Write};
+
+use serde_json::{json, Value};
+use server_support::{connect, get, metric, post, request, Server};
+
+/// Context of the test server: small, so that a prompt can overflow it cheaply.
+const CTX: usize = 64;
+
+/// Asserts the status and the error body's `type`, `code` and `param`.
+fn assert_error(response: &server_support::Response, status: u16, code: &str, param: Option<&str>) {
+    let body = response.json();
+    assert_eq!(response.status, status, "{body}");
+    let error = &body["error"];
+    assert_eq!(error["code"], code, "{body}");
+    assert_eq!(
+        error["param"],
+        param.map_or(Value::Null, Value::from),
+        "{body}"
+    );
+    let expected_type = if status == 429 {
+        "rate_limit_error"
+    } else if status >= 500 {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    assert_eq!(error["type"], expected_type, "{body}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/json"),
+        "{body}"
+    );
+}
+
+fn user(content: &str) -> Value {
+    json!([{"role": "user", "content": content}])
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let server = Server::start(&["--ctx", &CTX.to_string(), "--max-queue", "2"]);
+    let addr = server.addr;
+    let chat = "/v1/chat/completions";
+    let raw = |path: &str, body: &[u8]| request(addr, "POST", path, body);
+
+    // Malformed JSON, a body that is not an object, bytes that are not UTF-8.
+    assert_error(&raw(chat, b"{\"messages\": ["), 400, "invalid_json", None);
+    assert_error(&raw(chat, b"[1, 2]"), 400, "invalid_request", None);
+    assert_error(&raw(chat, b"\xff\xfe{}"), 400, "invalid_json", None);
+    assert_error(&raw(chat, b""), 400, "invalid_json", None);
+
+    // Missing fields.
+    let missing = post(addr, chat, &json!({"max_tokens": 4}));
+    assert_error(
+        &missing,
+        400,
+        "missing_required_parameter",
+        Some("messages"),
+    );
+    let missing = post(addr, "/v1/completions", &json!({"max_tokens": 4}));
+    assert_error(&missing, 400, "missing_required_parameter", Some("prompt"));
+    let no_role = post(addr, chat, &json!({"messages": [{"content": "hi"}]}));
+    assert_error(
+        &no_role,
+        400,
+        "missing_required_parameter",
+        Some("messages[0].role"),
+    );
+
+    // Wrong types.
+    let cases = [
+        (json!({"messages": "hi"}), "messages"),
+        (
+            json!({"messages": user("hi"), "temperature": "hot"}),
+            "temperature",
+        ),
+        (
+            json!({"messages": user("hi"), "max_tokens": "8"}),
+            "max_tokens",
+        ),
+        (
+            json!({"messages": user("hi"), "max_tokens": 2.5}),
+            "max_tokens",
+        ),
+        (json!({"messages": user("hi"), "stream": "yes"}), "stream"),
+        (json!({"messages": user("hi"), "stop": 7}), "stop"),
+        (json!({"messages": user("hi"), "seed": "s"}), "seed"),
+        (json!({"messages": user("hi"), "model": 3}), "model"),
+        (
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            "messages[0].content",
+        ),
+        (
+            json!({"messages": [{"role": 1, "content": "x"}]}),
+            "messages[0].role",
+        ),
+    ];
+    for (body, param) in cases {
+        assert_error(&post(addr, chat, &body), 400, "invalid_type", Some(param));
+    }
+    let prompt_type = post(addr, "/v1/completions", &json!({"prompt": {"a": 1}}));
+    assert_error(&prompt_type, 400, "invalid_type", Some("prompt"));
+
+    // An unknown model; the served id and no model at all are accepted (checked below).
+    let unknown = post(
+        addr,
+        chat,
+        &json!({"model": "gpt-4o", "messages": user("hi")}),
+    );
+    assert_error(&unknown, 404, "model_not_found", Some("model"));
+    assert_error(
+        &get(addr, "/v1/models/gpt-4o"),
+        404,
+        "model_not_found",
+        Some("model"),
+    );
+
+    // max_tokens ≤ 0 or beyond the context, out-of-range sampling values.
+    for n in [0, -5] {
+        let body = json!({"messages": user("hi"), "max_tokens": n});
+        assert_error(
+            &post(addr, chat, &body),
+            400,
+            "invalid_value",
+            Some("max_tokens"),
+        );
+    }
+    let beyond = json!({"messages": user("hi"), "max_tokens": CTX + 1});
+    assert_error(
+        &post(addr, chat, &beyond),
+        400,
+        "invalid_value",
+        Some("max_tokens"),
+    );
+    let hot = json!({"messages": user("hi"), "temperature": 2.5});
+    assert_error(
+        &post(addr, chat, &hot),
+        400,
+        "invalid_value",
+        Some("temperature"),
+    );
+    let top_p = json!({"messages": user("hi"), "top_p": 1.5});
+    assert_error(
+        &post(addr, chat, &top_p),
+        400,
+        "invalid_value",
+        Some("top_p"),
+    );
+
+    // A prompt longer than the context, and one that fits but leaves no room.
+    let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
+    let body = json!({"prompt": long, "max_tokens": 1});
+    let too_long = post(addr, "/v1/completions", &body);
+    assert_error(&too_long, 400, "context_length_exceeded", Some("messages"));
+    let body = json!({"messages": user(&long[..120]), "max_tokens": CTX - 4});
+    let no_room = post(addr, chat, &body);
+    assert_error(&no_room, 400, "context_length_exceeded", Some("messages"));
+
+    // An unknown role, an empty conversation.
+    let body = json!({"messages": [{"role": "wizard", "content": "hi"}]});
+    let role = post(addr, chat, &body);
+    assert_error(&role, 400, "invalid_value", Some("messages[0].role"));
+    assert!(role.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("wizard"));
+    let empty = post(addr, chat, &json!({"messages": []}));
+    assert_error(&empty, 400, "invalid_value", Some("messages"));
+
+    // An oversized body (over 1 MiB), unknown paths and methods.
+    let big = format!(r#"{{"prompt": "{}"}}"#, "a".repeat(1_100_000));
+    let oversized = raw("/v1/completions", big.as_bytes());
+    assert_error(&oversized, 413, "request_too_large", None);
+    assert_error(&get(addr, "/v1/nothing"), 404, "not_found", None);
+    assert_error(&get(addr, chat), 405, "method_not_allowed", None);
+
+    // Garbage instead of HTTP, and a connection closed mid-request.
+    let mut socket = connect(addr);
+    socket.write_all(b"\x00\x01garbage\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    let _ = socket.read_to_end(&mut reply);
+    let mut socket = connect(addr);
+    socket
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro")
+        .unwrap();
+    drop(socket);
+
+    // Still serving: the served id, and no model field, both work.
+    let models = get(addr, "/v1/models").json();
+    let id = models["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(get(addr, &format!("/v1/models/{id}")).status, 200);
+    for model in [json!(id), Value::Null] {
+        let body = json!({"model": model, "prompt": "The capital of France is", "max_tokens": 2, "temperature": 0});
+        let ok = post(addr, "/v1/completions", &body);
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        let ok = ok.json();
+        assert_eq!(ok["object"], "text_completion");
+        assert_eq!(ok["usage"]["completion_tokens"], 2);
+        assert_eq!(ok["model"], id.as_str());
+    }
+    let health = get(addr, "/health");
+    assert_eq!(
+        (health.status, health.json()),
+        (200, json!({"status": "ok"}))
+    );
+    let metrics = get(addr, "/metrics").text();
+    let bad = metric(
+        &metrics,
+        "switchyard_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"}",
+    );
+    assert!(bad.is_some_and(|n| n >= 20.0), "{metrics}");
+    let too_big = metric(
+        &metrics,
+        "switchyard_requests_total{endpoint=\"/v1/completions\",status=\"413\"}",
+    );
+    assert_eq!(too_big, Some(1.0), "{metrics}");
+    assert_eq!(
+        metric(&metrics, "switchyard_prompt_tokens_total"),
+        Some(10.0),
+        "only the two good requests reached the engine: {metrics}"
+    );
+}
