@@ -1,6 +1,7 @@
 //! The `switchyard` command line: `generate` and `chat` run a model, `tokenize` shows
 //! its tokens, `plan` shows placement, `doctor` reports backends.
 
+mod bench_cmd;
 mod chat_cmd;
 mod demo;
 mod doctor;
@@ -33,6 +34,8 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Show how a graph is placed across backends: node → backend → why.
     Plan(plan_cmd::PlanArgs),
+    /// Measure prompt (ppN) and generation (tgN) speed like llama-bench.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
         Command::Tokenize(args) => tokenize_cmd::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Bench(args) => bench_cmd::run(&args),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");
