@@ -50,7 +50,13 @@ def main():
     print(f"threads: {first['threads']}; rounds: {len(sy_runs)} interleaved; "
           f"{first['reps']} timed reps per round after a warm-up; ctx {first['model']['ctx']}")
     print(f"cpu: {env['cpu_model']} ({env['cores_physical']} cores / {env['cores_logical']} threads; "
-          f"{' '.join(env['simd'])}); load at start {env['loadavg']}")
+          f"{' '.join(env['simd'])})")
+    loads = [run["env"]["loadavg"][0] for run in sy_runs if run["env"]["loadavg"]]
+    print("1-minute load at the start of each round: " + ", ".join(f"{x:.2f}" for x in loads))
+    if loads and max(loads) > env["cores_logical"]:
+        print(f"WARNING: the machine was busy (load above its {env['cores_logical']} logical CPUs): "
+              "other work competed with both engines, llama.cpp's spinning threads most; "
+              "treat the ratios as unreliable.")
     print(f"switchyard {env['version']} ({env['git_commit']}); llama.cpp via llama-cpp-python "
           f"{ll_runs[0]['version']}\n")
 
