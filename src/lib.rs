@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bench;
 pub mod cache;
 pub mod exec;
 pub mod graph;

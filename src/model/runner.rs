@@ -71,6 +71,11 @@ impl Sequence {
     pub fn context(&self) -> usize {
         self.context
     }
+
+    /// Bytes its KV cache holds (allocated for the whole context).
+    pub fn kv_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
 }
 
 impl Runner {

@@ -1,6 +1,7 @@
 //! The `switchyard` command line: `generate` and `chat` run a model, `tokenize` shows
 //! its tokens, `plan` shows placement, `doctor` reports backends.
 
+mod bench_cmd;
 mod chat_cmd;
 mod demo;
 mod doctor;
@@ -36,6 +37,8 @@ enum Command {
     Plan(plan_cmd::PlanArgs),
     /// Serve an OpenAI-compatible HTTP API (chat, completions, streaming, metrics).
     Serve(serve_cmd::ServeArgs),
+    /// Measure prompt (ppN) and generation (tgN) speed like llama-bench.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() {
@@ -49,6 +52,7 @@ fn main() {
         Command::Doctor(args) => doctor::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Serve(args) => serve_cmd::run(&args),
+        Command::Bench(args) => bench_cmd::run(&args),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

@@ -1,0 +1,212 @@
+//! `switchyard bench`: prompt-processing (`ppN`) and generation (`tgN`) speed of a model
+//! in the style of `llama-bench` — a table of median tok/s with min–max, or one JSON
+//! object with every repetition, the peak RSS and an environment stamp.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
+use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
+
+use crate::model_args::ModelArgs;
+
+/// Flags of `switchyard bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt lengths to time as one prefill each (ppN), comma-separated.
+    #[arg(
+        long,
+        value_name = "N,N,...",
+        value_delimiter = ',',
+        default_value = "128,512"
+    )]
+    prompt_tokens: Vec<usize>,
+    /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    gen_tokens: usize,
+    /// Timed repetitions of each test, after one warm-up.
+    #[arg(long, value_name = "R", default_value_t = 5)]
+    reps: usize,
+    /// Print one JSON object (environment, model, every repetition) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    env: EnvStamp,
+    model: ModelReport,
+    backends: String,
+    threads: usize,
+    reps: usize,
+    results: Vec<TestResult>,
+    peak_rss_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ModelReport {
+    path: String,
+    file_bytes: u64,
+    kv_bytes: usize,
+    ctx: usize,
+    n_layers: usize,
+    d_model: usize,
+    vocab_size: usize,
+}
+
+/// Runs the command.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let env = EnvStamp::capture();
+    let mut tests: Vec<BenchTest> = args
+        .prompt_tokens
+        .iter()
+        .filter(|&&n| n > 0)
+        .map(|&n| BenchTest::Prompt(n))
+        .collect();
+    if args.gen_tokens > 0 {
+        tests.push(BenchTest::Generate(args.gen_tokens));
+    }
+    if tests.is_empty() {
+        bail!("nothing to measure: give --prompt-tokens or a --gen-tokens above 0");
+    }
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let needed = tests
+        .iter()
+        .map(BenchTest::context_needed)
+        .max()
+        .unwrap_or(1);
+    let mut model_args = args.model.clone();
+    model_args.ctx = model_args.ctx.max(needed);
+    let (model, mut runner) = model_args.load()?;
+    let ctx = runner.new_sequence().context();
+    if ctx < needed {
+        bail!("the largest test needs {needed} positions but the model's context holds {ctx}");
+    }
+    let longest = tests
+        .iter()
+        .map(BenchTest::prompt_needed)
+        .max()
+        .unwrap_or(1);
+    let prompt = bench_prompt(&model.tokenizer, longest)?;
+
+    let progress = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new((tests.len() * (args.reps + 1)) as u64)
+    };
+    progress.set_style(
+        ProgressStyle::with_template("{msg:>6} [{bar:30}] {pos}/{len} runs, {elapsed}")
+            .context("progress bar template")?
+            .progress_chars("=> "),
+    );
+    let mut results = Vec::with_capacity(tests.len());
+    for &test in &tests {
+        progress.set_message(test.name());
+        results.push(run_test(
+            &mut runner,
+            &prompt,
+            test,
+            args.reps,
+            &mut || progress.inc(1),
+        )?);
+    }
+    progress.finish_and_clear();
+
+    let threads = args
+        .model
+        .threads
+        .filter(|&t| t > 0)
+        .unwrap_or(env.cores_logical);
+    let report = Report {
+        env,
+        model: ModelReport {
+            path: model.path.display().to_string(),
+            file_bytes: model_bytes(&model.path)?,
+            kv_bytes: runner.new_sequence().kv_bytes(),
+            ctx,
+            n_layers: model.config.n_layers,
+            d_model: model.config.d_model,
+            vocab_size: model.config.vocab_size,
+        },
+        backends: args.model.backends.clone(),
+        threads,
+        reps: args.reps,
+        results,
+        peak_rss_bytes: peak_rss_bytes(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+/// Bytes of a GGUF file, or of the `*.safetensors` files of a model directory.
+fn model_bytes(path: &Path) -> Result<u64> {
+    if !path.is_dir() {
+        return Ok(std::fs::metadata(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .len());
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir(path).with_context(|| format!("listing {}", path.display()))? {
+        let entry = entry?;
+        if entry.path().extension().is_some_and(|e| e == "safetensors") {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn print_table(report: &Report) {
+    let name = Path::new(&report.model.path).file_name().map_or_else(
+        || report.model.path.clone(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    println!(
+        "| {:<32} | {:>10} | {:>5} | {:<7} | {:>7} | {:>6} | {:>10} | {:>17} |",
+        "model", "size", "ctx", "backend", "threads", "test", "t/s", "min–max"
+    );
+    println!(
+        "| {:-<32} | {:->10} | {:->5} | {:-<7} | {:->7} | {:->6} | {:->10} | {:->17} |",
+        ":", ":", ":", ":", ":", ":", ":", ":"
+    );
+    for r in &report.results {
+        let s = r.summary;
+        println!(
+            "| {:<32} | {:>10} | {:>5} | {:<7} | {:>7} | {:>6} | {:>10.2} | {:>17} |",
+            name,
+            mib(report.model.file_bytes),
+            report.model.ctx,
+            report.backends,
+            report.threads,
+            r.test,
+            s.median,
+            format!("{:.2}–{:.2}", s.min, s.max)
+        );
+    }
+    let rss = report.peak_rss_bytes.map_or_else(|| "n/a".into(), mib);
+    println!(
+        "\npeak RSS {rss}; model {} + KV {} ({} positions); {} reps after a warm-up; \
+         switchyard {} ({})",
+        mib(report.model.file_bytes),
+        mib(report.model.kv_bytes as u64),
+        report.model.ctx,
+        report.reps,
+        report.env.version,
+        report.env.git_commit
+    );
+}

@@ -1,0 +1,96 @@
+//! `switchyard bench` as a user runs it on the default model: the JSON report's shape
+//! (never its speeds) and clear errors for tests that cannot run.
+
+use std::process::{Command, Output};
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn bench_json_reports_every_test_the_environment_and_memory() {
+    let out = switchyard(&[
+        "bench",
+        "--prompt-tokens",
+        "8",
+        "--gen-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let results = json["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pp8", "tg4"]);
+    for (result, tokens) in results.iter().zip([8, 4]) {
+        assert_eq!(result["tokens"], tokens);
+        assert_eq!(result["tok_s"].as_array().unwrap().len(), 1);
+        let summary = &result["summary"];
+        assert_eq!(summary["n"], 1);
+        for key in ["median", "min", "max"] {
+            assert!(summary[key].as_f64().unwrap() > 0.0, "{key}: {summary}");
+        }
+        assert!(summary["ci95"].is_null(), "one rep has no interval");
+    }
+    assert_eq!(json["threads"], 1);
+    assert_eq!(json["reps"], 1);
+    assert_eq!(json["backends"], "cpu");
+
+    let model = &json["model"];
+    assert!(model["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(model["file_bytes"].as_u64().unwrap() > 0);
+    assert!(model["kv_bytes"].as_u64().unwrap() > 0);
+    assert!(model["ctx"].as_u64().unwrap() >= 132);
+
+    let env = &json["env"];
+    assert!(env["cores_logical"].as_u64().unwrap() >= 1);
+    assert!(env["simd"].is_array());
+    assert_eq!(env["version"], env!("CARGO_PKG_VERSION"));
+    assert!(env["git_commit"].is_string());
+    for key in [
+        "unix_time",
+        "cpu_model",
+        "cores_physical",
+        "os",
+        "arch",
+        "kernel",
+        "mem_available_bytes",
+        "loadavg",
+    ] {
+        assert!(env.get(key).is_some(), "env lacks {key}: {env}");
+    }
+    if cfg!(target_os = "linux") {
+        assert!(json["peak_rss_bytes"].as_u64().unwrap() > 0);
+        assert_eq!(env["loadavg"].as_array().unwrap().len(), 3);
+    } else {
+        assert!(json["peak_rss_bytes"].is_null());
+    }
+}
+
+#[test]
+fn bench_rejects_zero_reps_and_empty_test_lists() {
+    let out = switchyard(&["bench", "--reps", "0", "--json"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--reps"));
+    let out = switchyard(&["bench", "--prompt-tokens", "0", "--gen-tokens", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to measure"));
+}
