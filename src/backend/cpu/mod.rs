@@ -6,6 +6,7 @@ mod compile;
 mod dispatch;
 mod kernels;
 mod quant;
+mod simd;
 mod view;
 
 #[cfg(test)]

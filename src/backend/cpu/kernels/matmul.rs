@@ -4,8 +4,11 @@
 
 use rayon::prelude::*;
 
-use super::check_len;
+use super::{check_len, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
+use crate::backend::cpu::simd::{
+    dot_rows as simd_dot_rows, quantize_row, BlockQ8, QuantKind, MAX_XR, QK,
+};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -15,6 +18,14 @@ const DOT_MAX_ROWS: usize = 4;
 const TILE_ROWS: usize = 256;
 /// Weight rows per rayon task on the dot-product path.
 const DOT_CHUNK: usize = 16;
+/// Fewest weight rows per rayon task on the quantized path.
+const QUANT_MIN_TASK_ROWS: usize = 16;
+/// Rayon tasks per pool thread on the quantized path: a few, so a thread slowed by
+/// other work on the machine is balanced by the others.
+const QUANT_TASKS_PER_THREAD: usize = 4;
+/// Weight rows (a few KiB) dotted with every group of activation rows before moving
+/// on, so they stay in L1 while the activations come from L2.
+const QUANT_PANEL_ROWS: usize = 16;
 
 /// A weight matrix `[n, k]` as raw bytes of `dtype`.
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +72,9 @@ pub(crate) fn matmul(
             return Ok(());
         }
     }
+    if let Some(kind) = QuantKind::of(w.dtype) {
+        return quantized(x, m, w, kind, row_bytes, out);
+    }
     if m <= DOT_MAX_ROWS {
         return dot_rows(x, m, w, row_bytes, out);
     }
@@ -75,6 +89,65 @@ pub(crate) fn matmul(
         gemm_xwt(x, m, dst, rows, w.k, out, n0);
     }
     Ok(())
+}
+
+/// Q4_0, Q4_1 and Q8_0 weights: quantizes `x` once to Q8 blocks, then integer dot
+/// products in parallel over weight rows, each weight panel reused across groups of
+/// up to `MAX_XR` activation rows.
+fn quantized(
+    x: &[f32],
+    m: usize,
+    w: Weight<'_>,
+    kind: QuantKind,
+    row_bytes: usize,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (k, n) = (w.k, w.n);
+    let nb = k / QK;
+    let mut xq = vec![BlockQ8::default(); m * nb];
+    if m * k >= PARALLEL_MIN {
+        xq.par_chunks_mut(nb)
+            .zip(x.par_chunks(k))
+            .try_for_each(|(q, x)| quantize_row(x, q))?;
+    } else {
+        quantize_row(x, &mut xq)?;
+    }
+    let tasks = rayon::current_num_threads() * QUANT_TASKS_PER_THREAD;
+    let task_rows = n.div_ceil(tasks).max(QUANT_MIN_TASK_ROWS);
+    let weights = w.bytes.par_chunks(task_rows * row_bytes);
+    if m == 1 {
+        return out
+            .par_chunks_mut(task_rows)
+            .zip(weights)
+            .try_for_each(|(o, wb)| simd_dot_rows(kind, wb, &xq, 1, o, 1));
+    }
+    // Transposed output: row `j` of `w` gives the `m` contiguous values `out_t[j·m..]`.
+    let mut out_t = vec![0.0f32; n * m];
+    out_t
+        .par_chunks_mut(task_rows * m)
+        .zip(weights)
+        .try_for_each(|(o, wb)| {
+            let panels = o
+                .chunks_mut(QUANT_PANEL_ROWS * m)
+                .zip(wb.chunks(QUANT_PANEL_ROWS * row_bytes));
+            for (o, wb) in panels {
+                for (g, xg) in xq.chunks(MAX_XR * nb).enumerate() {
+                    simd_dot_rows(kind, wb, xg, xg.len() / nb, &mut o[g * MAX_XR..], m)?;
+                }
+            }
+            Ok::<(), BackendError>(())
+        })?;
+    transpose_into(&out_t, m, n, out);
+    Ok(())
+}
+
+/// `out [m, n]` from its transpose `out_t [n, m]`.
+fn transpose_into(out_t: &[f32], m: usize, n: usize, out: &mut [f32]) {
+    for (j, col) in out_t.chunks(m).enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            out[i * n + j] = v;
+        }
+    }
 }
 
 /// Few input rows: each task dequantizes a few weight rows and dots them with every
@@ -104,11 +177,7 @@ fn dot_rows(
                 Ok::<(), BackendError>(())
             },
         )?;
-    for (j, col) in out_t.chunks(m).enumerate() {
-        for (i, &v) in col.iter().enumerate() {
-            out[i * w.n + j] = v;
-        }
-    }
+    transpose_into(&out_t, m, w.n, out);
     Ok(())
 }
 
@@ -199,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn f16_and_quantized_weights_match_dequantized_naive() {
+    fn f16_weights_match_naive() {
         let k = 64;
         for (m, n) in [(2, 37), (9, 300)] {
             let x = lcg(42, m * k);
@@ -216,21 +285,61 @@ mod tests {
                 &naive(&x, m, &w, n, k),
                 1e-4,
             );
-            // Q8_0 with arbitrary bytes; reference: dequantize the whole matrix.
-            let mut q8: Vec<u8> = lcg(44, n * k / 32 * 34)
-                .iter()
-                .map(|&v| (v * 127.0) as i8 as u8)
-                .collect();
-            for block in q8.chunks_mut(34) {
-                block[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+
+    /// Asserts `out [m, n]` matches `x · wᵀ` up to 8-bit activation quantization: each
+    /// activation is off by at most `max|x_block| / 254` (half a step), so output
+    /// `(i, j)` by at most `Σ_blocks max|x_block|/254 · Σ_block |w_jk|`, plus f32
+    /// rounding (`1e-5` relative). On these random rows that is ≈0.5% of `max|ref|`.
+    fn assert_within_q8_bound(out: &[f32], x: &[f32], m: usize, w: &[f32], n: usize, k: usize) {
+        let want = naive(x, m, w, n, k);
+        for i in 0..m {
+            let xi = &x[i * k..(i + 1) * k];
+            for j in 0..n {
+                let wj = &w[j * k..(j + 1) * k];
+                let bound: f32 = xi
+                    .chunks(32)
+                    .zip(wj.chunks(32))
+                    .map(|(xb, wb)| {
+                        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                        amax / 254.0 * wb.iter().map(|v| v.abs()).sum::<f32>()
+                    })
+                    .sum();
+                let (g, r) = (out[i * n + j], want[i * n + j]);
+                assert!(
+                    (g - r).abs() <= bound + 1e-5 * (1.0 + r.abs()),
+                    "m {m} n {n} k {k} [{i}, {j}]: {g} vs {r}, bound {bound}"
+                );
             }
-            let mut wq = vec![0.0; n * k];
-            dequantize(DType::Q8_0, &q8, &mut wq).unwrap();
-            assert_close(
-                &run(&x, m, DType::Q8_0, &q8, n, k),
-                &naive(&x, m, &wq, n, k),
-                1e-4,
-            );
+        }
+    }
+
+    #[test]
+    fn block_quantized_weights_match_dequantized_naive() {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+            let bb = dtype.block_bytes();
+            for (k, n) in [(32, 3), (96, 37), (576, 61)] {
+                let mut bytes: Vec<u8> = lcg(50 + k as u64, n * k / 32 * bb)
+                    .iter()
+                    .map(|&v| (v * 255.0) as i32 as u8)
+                    .collect();
+                // Finite scales (and minima) in a realistic range.
+                for (b, block) in bytes.chunks_mut(bb).enumerate() {
+                    let d = 0.01 + 0.001 * (b % 7) as f32;
+                    block[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                    if dtype == DType::Q4_1 {
+                        block[2..4].copy_from_slice(&f16::from_f32(-8.0 * d).to_le_bytes());
+                    }
+                }
+                let mut wq = vec![0.0; n * k];
+                dequantize(dtype, &bytes, &mut wq).unwrap();
+                for m in [1, 2, 3, 5, 17] {
+                    let x = lcg(60 + m as u64, m * k);
+                    let out = run(&x, m, dtype, &bytes, n, k);
+                    assert_within_q8_bound(&out, &x, m, &wq, n, k);
+                }
+            }
         }
     }
 

@@ -1,0 +1,217 @@
+//! AVX2 + FMA + F16C kernels, twins of [`super::scalar`]. Integer dot products of
+//! nibble or `i8` weights with `i8` activations via `maddubs` (u8×i8 → i16 pairs) and
+//! `madd` (i16 pairs → i32), scaled in f32. Each entry point handles up to
+//! [`super::MAX_XR`] activation rows per weight block load, so prefill reuses every
+//! unpacked weight block several times from registers.
+
+use std::arch::x86_64::*;
+
+use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, QK};
+
+/// 16 bytes as a vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load16(b: &[u8; 16]) -> __m128i {
+    // SAFETY: `b` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// 32 bytes as a vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load32(b: &[i8; 32]) -> __m256i {
+    // SAFETY: `b` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
+
+/// The 32 nibbles of `qs` as bytes 0..=15: low nibbles in lanes 0..16, high in 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let b = load16(qs);
+    let mask = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(b, mask);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(b), mask);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// `Σ a·b` over adjacent byte pairs and then pairs of those, as 8 f32 lanes: `a`
+/// unsigned, `b` signed, with `|a·b| ≤ 128·127` so the i16 stage cannot saturate.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256 {
+    let pairs = _mm256_maddubs_epi16(a, b);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// The two f16 in `b` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn half2(b: [u8; 4]) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(b)));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The f16 in `b` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn half(b: [u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(
+        _mm_cvtsi32_si128(u16::from_le_bytes(b) as i32),
+    ))
+}
+
+/// Sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Quantizes each 32 values of `x` into a block of `out`, exactly as
+/// [`super::scalar::quantize_row`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [BlockQ8]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (x, o) in x.chunks_exact(QK).zip(out) {
+        // SAFETY: `x` is 32 readable f32, read as four unaligned groups of 8.
+        let v: [__m256; 4] =
+            std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x[8 * i..].as_ptr()) });
+        let a01 = _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1]));
+        let a23 = _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3]));
+        let a = _mm256_max_ps(a01, a23);
+        let m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps::<1>(a));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let q: [__m256i; 4] = std::array::from_fn(|i| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v[i], id),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let sum = hsum(_mm256_cvtepi32_ps(sum));
+        // packs interleave 128-bit lanes; the permute restores element order.
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: `o.qs` is 32 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_si256(o.qs.as_mut_ptr().cast(), p) };
+        o.d = d;
+        o.s = d * sum;
+    }
+}
+
+/// Shared micro-kernel: `XR` activation rows against every weight row of `w`. `block`
+/// unpacks one weight block to `(u8 or |i8| lanes, sign source, scale, offset)`: the
+/// dot is `scale·d_x·Σ lanes·sign(q_x)` plus `offset·s_x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows<B, const XR: usize, const SIGNED: bool>(
+    w: &[B],
+    x: &[BlockQ8],
+    out: &mut [f32],
+    stride: usize,
+    block: impl Fn(&B) -> (__m256i, __m256i, f32, f32),
+) {
+    let nb = x.len() / XR;
+    if nb == 0 {
+        return;
+    }
+    let xs: [&[BlockQ8]; XR] = std::array::from_fn(|i| &x[i * nb..(i + 1) * nb]);
+    for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
+        let mut acc = [_mm256_setzero_ps(); XR];
+        let mut off = [0.0f32; XR];
+        for (b, wb) in row.iter().enumerate() {
+            let (lanes, signs, d, m) = block(wb);
+            for i in 0..XR {
+                let xb = &xs[i][b];
+                let mut y = load32(&xb.qs);
+                if SIGNED {
+                    y = _mm256_sign_epi8(y, signs);
+                }
+                let p = dot_u8_i8(lanes, y);
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc[i]);
+                off[i] += m * xb.s;
+            }
+        }
+        for (o, (a, m)) in o.iter_mut().zip(acc.iter().zip(off)) {
+            *o = hsum(*a) + m;
+        }
+    }
+}
+
+/// Calls `$f::<XR>` for the runtime row count `$xr` in `1..=4` (others do nothing).
+macro_rules! by_rows {
+    ($xr:expr, $f:ident($($arg:expr),*)) => {
+        match $xr {
+            1 => $f::<1>($($arg),*),
+            2 => $f::<2>($($arg),*),
+            3 => $f::<3>($($arg),*),
+            4 => $f::<4>($($arg),*),
+            _ => {}
+        }
+    };
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0_n<const XR: usize>(w: &[BlockQ4_0], x: &[BlockQ8], out: &mut [f32], stride: usize) {
+    let zero = _mm256_setzero_si256();
+    rows::<_, XR, false>(w, x, out, stride, |b| {
+        let d = half(b.d);
+        (nibbles(&b.qs), zero, d, -8.0 * d)
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_1_n<const XR: usize>(w: &[BlockQ4_1], x: &[BlockQ8], out: &mut [f32], stride: usize) {
+    let zero = _mm256_setzero_si256();
+    rows::<_, XR, false>(w, x, out, stride, |b| {
+        let (d, m) = half2(b.dm);
+        (nibbles(&b.qs), zero, d, m)
+    });
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0_n<const XR: usize>(w: &[BlockQ8_0], x: &[BlockQ8], out: &mut [f32], stride: usize) {
+    rows::<_, XR, true>(w, x, out, stride, |b| {
+        let q = load32(&b.qs);
+        (_mm256_sign_epi8(q, q), q, half(b.d), 0.0)
+    });
+}
+
+/// Q4_0 weights × `xr` quantized rows, as [`super::scalar::rows_q4_0`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_q4_0(w: &[BlockQ4_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
+    by_rows!(xr, q4_0_n(w, x, o, s));
+}
+
+/// Q4_1 weights × `xr` quantized rows, as [`super::scalar::rows_q4_1`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_q4_1(w: &[BlockQ4_1], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
+    by_rows!(xr, q4_1_n(w, x, o, s));
+}
+
+/// Q8_0 weights × `xr` quantized rows, as [`super::scalar::rows_q8_0`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn rows_q8_0(w: &[BlockQ8_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
+    by_rows!(xr, q8_0_n(w, x, o, s));
+}
