@@ -46,6 +46,25 @@ impl CpuBackend {
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
     }
+
+    /// `out [m, n] = x [m, k] · wᵀ` for `w` raw `[n, k]` bytes of `dtype`, on this
+    /// backend's pool: the matmul kernel alone, for `benches/`. Not a stable API.
+    #[doc(hidden)]
+    pub fn bench_matmul(
+        &self,
+        x: &[f32],
+        m: usize,
+        (dtype, w, n, k): (crate::graph::DType, &[u8], usize, usize),
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let w = kernels::matmul::Weight {
+            dtype,
+            bytes: w,
+            n,
+            k,
+        };
+        self.pool.install(|| kernels::matmul::matmul(x, m, w, out))
+    }
 }
 
 impl Backend for CpuBackend {
