@@ -141,12 +141,18 @@ fn quantized(
     Ok(())
 }
 
-/// `out [m, n]` from its transpose `out_t [n, m]`.
+/// `out [m, n]` from its transpose `out_t [n, m]`, writing `out` in order (strided
+/// reads are much cheaper than strided writes), rows in parallel when large.
 fn transpose_into(out_t: &[f32], m: usize, n: usize, out: &mut [f32]) {
-    for (j, col) in out_t.chunks(m).enumerate() {
-        for (i, &v) in col.iter().enumerate() {
-            out[i * n + j] = v;
+    let row = |(i, o): (usize, &mut [f32])| {
+        for (o, &v) in o.iter_mut().zip(out_t[i..].iter().step_by(m)) {
+            *o = v;
         }
+    };
+    if m * n >= PARALLEL_MIN {
+        out.par_chunks_mut(n).enumerate().for_each(row);
+    } else {
+        out.chunks_mut(n).enumerate().for_each(row);
     }
 }
 

@@ -52,13 +52,26 @@ fn half2(b: [u8; 4]) -> (f32, f32) {
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
-/// The f16 in `b` as f32.
+/// The f16 in `b` as f32. Written as assembly so that the bits reach the vector
+/// register by a full-width `vmovd`: from intrinsics the compiler emits a 16-bit
+/// insert that merges into a stale register (an accumulator), chaining every loop
+/// iteration to the previous one (measured: Q4_0 prefill ×1.5 slower than Q4_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn half(b: [u8; 2]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(
-        _mm_cvtsi32_si128(u16::from_le_bytes(b) as i32),
-    ))
+    let bits = u32::from(u16::from_le_bytes(b));
+    let v: __m128;
+    // SAFETY: register-only instructions (no memory, no stack); F16C is enabled.
+    unsafe {
+        std::arch::asm!(
+            "vmovd {v}, {r:e}",
+            "vcvtph2ps {v}, {v}",
+            r = in(reg) bits,
+            v = out(xmm_reg) v,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    _mm_cvtss_f32(v)
 }
 
 /// Sum of the 8 lanes.
@@ -131,8 +144,10 @@ fn rows<B, const XR: usize, const SIGNED: bool>(
     for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
         let mut acc = [_mm256_setzero_ps(); XR];
         let mut off = [0.0f32; XR];
-        for (b, wb) in row.iter().enumerate() {
-            let (lanes, signs, d, m) = block(wb);
+        // Re-sliced to exactly `nb` so the compiler drops the bounds checks below.
+        let (row, xs) = (&row[..nb], xs.map(|x| &x[..nb]));
+        for b in 0..nb {
+            let (lanes, signs, d, m) = block(&row[b]);
             for i in 0..XR {
                 let xb = &xs[i][b];
                 let mut y = load32(&xb.qs);
