@@ -177,7 +177,7 @@ fn dot_rows(
                     dequantize(w.dtype, b, row)?;
                     for (i, o) in o.iter_mut().enumerate() {
                         let xi = &x[i * k..(i + 1) * k];
-                        *o = xi.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+                        *o = dot_f32(xi, row);
                     }
                 }
                 Ok::<(), BackendError>(())
@@ -185,6 +185,27 @@ fn dot_rows(
         )?;
     transpose_into(&out_t, m, w.n, out);
     Ok(())
+}
+
+/// `Σ a·b` in 16 independent lanes, which the compiler vectorizes (a single running
+/// sum cannot be reordered). K-quant decode, 1×1536×576, 1 thread: Q4_K 555 → 183 µs,
+/// Q6_K 698 → 327 µs.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0.0f32; L];
+    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..L {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `out[i, col0 + j] = Σ_k x[i, k] · w[j, k]` for `j < n`, `out` having rows of
