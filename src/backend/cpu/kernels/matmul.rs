@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use super::{check_len, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
 use crate::backend::cpu::simd::{
-    dot_rows as simd_dot_rows, quantize_row, BlockQ8, QuantKind, MAX_XR, QK,
+    dot_rows as simd_dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, QK,
 };
 use crate::backend::BackendError;
 use crate::graph::DType;
@@ -92,8 +92,14 @@ pub(crate) fn matmul(
 }
 
 /// Q4_0, Q4_1 and Q8_0 weights: quantizes `x` once to Q8 blocks, then integer dot
-/// products in parallel over weight rows, each weight panel reused across groups of
-/// up to `MAX_XR` activation rows.
+/// products in parallel over weight rows. With several rows of `x`, they are
+/// interleaved by four and each weight panel is reused across all groups.
+///
+/// Taken at every `M`, by measurement (CPU time per call, 1 thread, AVX2, perf
+/// task-clock): for 64×576×1536 this path takes 1.07 ms (Q4_1), 1.12 ms (Q4_0),
+/// 1.14 ms (Q8_0) against 1.38, 1.34 and 1.31 ms for dequantize + f32 gemm; for
+/// 64×1536×576, 1.12 / 1.14 / 1.17 ms against 1.38 / 1.36 / 1.31 ms. Decode
+/// (1×576×1536) takes ≈38 µs for all three.
 fn quantized(
     x: &[f32],
     m: usize,
@@ -119,33 +125,36 @@ fn quantized(
         return out
             .par_chunks_mut(task_rows)
             .zip(weights)
-            .try_for_each(|(o, wb)| simd_dot_rows(kind, wb, &xq, 1, o, 1));
+            .try_for_each(|(o, wb)| simd_dot_rows(kind, wb, &xq, o));
     }
-    // Transposed output: row `j` of `w` gives the `m` contiguous values `out_t[j·m..]`.
-    let mut out_t = vec![0.0f32; n * m];
+    let x4 = interleave_x4(&xq, m, nb);
+    // Transposed output, rows padded to whole groups: row `j` of `w` gives `out_t[j·m4..]`.
+    let m4 = m.div_ceil(4) * 4;
+    let mut out_t = vec![0.0f32; n * m4];
     out_t
-        .par_chunks_mut(task_rows * m)
+        .par_chunks_mut(task_rows * m4)
         .zip(weights)
         .try_for_each(|(o, wb)| {
             let panels = o
-                .chunks_mut(QUANT_PANEL_ROWS * m)
+                .chunks_mut(QUANT_PANEL_ROWS * m4)
                 .zip(wb.chunks(QUANT_PANEL_ROWS * row_bytes));
             for (o, wb) in panels {
-                for (g, xg) in xq.chunks(MAX_XR * nb).enumerate() {
-                    simd_dot_rows(kind, wb, xg, xg.len() / nb, &mut o[g * MAX_XR..], m)?;
+                for (g, xg) in x4.chunks(nb).enumerate() {
+                    dot_rows_x4(kind, wb, xg, &mut o[4 * g..], m4)?;
                 }
             }
             Ok::<(), BackendError>(())
         })?;
-    transpose_into(&out_t, m, n, out);
+    transpose_into(&out_t, m4, m, n, out);
     Ok(())
 }
 
-/// `out [m, n]` from its transpose `out_t [n, m]`, writing `out` in order (strided
-/// reads are much cheaper than strided writes), rows in parallel when large.
-fn transpose_into(out_t: &[f32], m: usize, n: usize, out: &mut [f32]) {
+/// `out [m, n]` from its transpose `out_t [n, stride]` (`stride ≥ m`), writing `out`
+/// in order (strided reads are much cheaper than strided writes), rows in parallel
+/// when large.
+fn transpose_into(out_t: &[f32], stride: usize, m: usize, n: usize, out: &mut [f32]) {
     let row = |(i, o): (usize, &mut [f32])| {
-        for (o, &v) in o.iter_mut().zip(out_t[i..].iter().step_by(m)) {
+        for (o, &v) in o.iter_mut().zip(out_t[i..].iter().step_by(stride)) {
             *o = v;
         }
     };
@@ -183,7 +192,7 @@ fn dot_rows(
                 Ok::<(), BackendError>(())
             },
         )?;
-    transpose_into(&out_t, m, w.n, out);
+    transpose_into(&out_t, m, m, w.n, out);
     Ok(())
 }
 

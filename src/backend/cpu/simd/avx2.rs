@@ -1,12 +1,11 @@
 //! AVX2 + FMA + F16C kernels, twins of [`super::scalar`]. Integer dot products of
 //! nibble or `i8` weights with `i8` activations via `maddubs` (u8×i8 → i16 pairs) and
-//! `madd` (i16 pairs → i32), scaled in f32. Each entry point handles up to
-//! [`super::MAX_XR`] activation rows per weight block load, so prefill reuses every
-//! unpacked weight block several times from registers.
+//! `madd` (i16 pairs → i32), scaled in f32. The `_x4` entry points dot each unpacked
+//! weight block with four interleaved activation rows, scaling all four at once.
 
 use std::arch::x86_64::*;
 
-use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, QK};
+use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
 
 /// 16 bytes as a vector.
 #[inline]
@@ -124,109 +123,142 @@ pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
-/// Shared micro-kernel: `XR` activation rows against every weight row of `w`. `block`
-/// unpacks one weight block to `(u8 or |i8| lanes, sign source, scale, offset)`: the
-/// dot is `scale·d_x·Σ lanes·sign(q_x)` plus `offset·s_x`.
+/// One unpacked weight block: `(u8 or |i8| lanes, sign source, scale, offset)`; its
+/// dot with an activation block is `scale·d_x·Σ lanes·sign(q_x) + offset·s_x`.
+type Unpacked = (__m256i, __m256i, f32, f32);
+
+/// `lanes · (y, its signs flipped where the weight's are negative when SIGNED)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows<B, const XR: usize, const SIGNED: bool>(
+fn block_dot<const SIGNED: bool>(lanes: __m256i, signs: __m256i, y: &[i8; QK]) -> __m256 {
+    let mut y = load32(y);
+    if SIGNED {
+        y = _mm256_sign_epi8(y, signs);
+    }
+    dot_u8_i8(lanes, y)
+}
+
+/// Shared single-row kernel: `out[j] = w row j · x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows<B, const SIGNED: bool>(
     w: &[B],
     x: &[BlockQ8],
     out: &mut [f32],
-    stride: usize,
-    block: impl Fn(&B) -> (__m256i, __m256i, f32, f32),
+    unpack: impl Fn(&B) -> Unpacked,
 ) {
-    let nb = x.len() / XR;
+    let nb = x.len();
     if nb == 0 {
         return;
     }
-    let xs: [&[BlockQ8]; XR] = std::array::from_fn(|i| &x[i * nb..(i + 1) * nb]);
-    for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
-        let mut acc = [_mm256_setzero_ps(); XR];
-        let mut off = [0.0f32; XR];
-        // Re-sliced to exactly `nb` so the compiler drops the bounds checks below.
-        let (row, xs) = (&row[..nb], xs.map(|x| &x[..nb]));
-        for b in 0..nb {
-            let (lanes, signs, d, m) = block(&row[b]);
-            for i in 0..XR {
-                let xb = &xs[i][b];
-                let mut y = load32(&xb.qs);
-                if SIGNED {
-                    y = _mm256_sign_epi8(y, signs);
-                }
-                let p = dot_u8_i8(lanes, y);
-                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc[i]);
-                off[i] += m * xb.s;
-            }
+    for (row, o) in w.chunks_exact(nb).zip(out) {
+        let (mut acc, mut off) = (_mm256_setzero_ps(), 0.0f32);
+        for (wb, xb) in row.iter().zip(x) {
+            let (lanes, signs, d, m) = unpack(wb);
+            let p = block_dot::<SIGNED>(lanes, signs, &xb.qs);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc);
+            off += m * xb.s;
         }
-        for (o, (a, m)) in o.iter_mut().zip(acc.iter().zip(off)) {
-            *o = hsum(*a) + m;
+        *o = hsum(acc) + off;
+    }
+}
+
+/// Lane `I` of each 128-bit half of `v`, in every lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane<const I: i32>(v: __m256) -> __m256 {
+    _mm256_shuffle_ps::<I>(v, v)
+}
+
+/// Shared four-row kernel: `out[j·stride + i] = w row j · x row i`. Per block, the four
+/// scales `d_w·d_x` are one vector product and the offsets one FMA.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_x4<B, const SIGNED: bool>(
+    w: &[B],
+    x: &[BlockQ8x4],
+    out: &mut [f32],
+    stride: usize,
+    unpack: impl Fn(&B) -> Unpacked,
+) {
+    let nb = x.len();
+    if nb == 0 {
+        return;
+    }
+    for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut off = _mm_setzero_ps();
+        for (wb, xb) in row.iter().zip(x) {
+            let (lanes, signs, d, m) = unpack(wb);
+            // SAFETY: `xb.d` is 8 readable f32 and `xb.s` 4; `loadu` has no alignment
+            // requirement.
+            let (xd, xs) = unsafe { (_mm256_loadu_ps(xb.d.as_ptr()), _mm_loadu_ps(xb.s.as_ptr())) };
+            let dd = _mm256_mul_ps(_mm256_set1_ps(d), xd);
+            off = _mm_fmadd_ps(_mm_set1_ps(m), xs, off);
+            let p = |i: usize| block_dot::<SIGNED>(lanes, signs, &xb.qs[i]);
+            acc[0] = _mm256_fmadd_ps(lane::<0x00>(dd), p(0), acc[0]);
+            acc[1] = _mm256_fmadd_ps(lane::<0x55>(dd), p(1), acc[1]);
+            acc[2] = _mm256_fmadd_ps(lane::<0xAA>(dd), p(2), acc[2]);
+            acc[3] = _mm256_fmadd_ps(lane::<0xFF>(dd), p(3), acc[3]);
+        }
+        let mut offs = [0.0f32; 4];
+        // SAFETY: `offs` is 4 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_ps(offs.as_mut_ptr(), off) };
+        for (o, (a, c)) in o.iter_mut().zip(acc.iter().zip(offs)) {
+            *o = hsum(*a) + c;
         }
     }
 }
 
-/// Calls `$f::<XR>` for the runtime row count `$xr` in `1..=4` (others do nothing).
-macro_rules! by_rows {
-    ($xr:expr, $f:ident($($arg:expr),*)) => {
-        match $xr {
-            1 => $f::<1>($($arg),*),
-            2 => $f::<2>($($arg),*),
-            3 => $f::<3>($($arg),*),
-            4 => $f::<4>($($arg),*),
-            _ => {}
+/// Q4_0: nibbles, scale `d`, offset `−8·d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_q4_0(b: &BlockQ4_0) -> Unpacked {
+    let d = half(b.d);
+    (nibbles(&b.qs), _mm256_setzero_si256(), d, -8.0 * d)
+}
+
+/// Q4_1: nibbles, scale `d`, offset `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_q4_1(b: &BlockQ4_1) -> Unpacked {
+    let (d, m) = half2(b.dm);
+    (nibbles(&b.qs), _mm256_setzero_si256(), d, m)
+}
+
+/// Q8_0: `|q|` with the signs of `q` moved onto the activations, scale `d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn unpack_q8_0(b: &BlockQ8_0) -> Unpacked {
+    let q = load32(&b.qs);
+    (_mm256_sign_epi8(q, q), q, half(b.d), 0.0)
+}
+
+/// Declares the `unsafe` entry points, one per weight format and layout.
+macro_rules! entry_points {
+    ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $signed:literal;)*) => {$(
+        #[doc = concat!("`", stringify!($b), "` weights × one quantized row, as the scalar twin.")]
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn $name(w: &[$b], x: &[BlockQ8], out: &mut [f32]) {
+            rows::<_, $signed>(w, x, out, |b| $unpack(b));
         }
-    };
+
+        #[doc = concat!("`", stringify!($b), "` weights × four interleaved rows, as the scalar twin.")]
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn $x4(w: &[$b], x: &[BlockQ8x4], out: &mut [f32], stride: usize) {
+            rows_x4::<_, $signed>(w, x, out, stride, |b| $unpack(b));
+        }
+    )*};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_0_n<const XR: usize>(w: &[BlockQ4_0], x: &[BlockQ8], out: &mut [f32], stride: usize) {
-    let zero = _mm256_setzero_si256();
-    rows::<_, XR, false>(w, x, out, stride, |b| {
-        let d = half(b.d);
-        (nibbles(&b.qs), zero, d, -8.0 * d)
-    });
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q4_1_n<const XR: usize>(w: &[BlockQ4_1], x: &[BlockQ8], out: &mut [f32], stride: usize) {
-    let zero = _mm256_setzero_si256();
-    rows::<_, XR, false>(w, x, out, stride, |b| {
-        let (d, m) = half2(b.dm);
-        (nibbles(&b.qs), zero, d, m)
-    });
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q8_0_n<const XR: usize>(w: &[BlockQ8_0], x: &[BlockQ8], out: &mut [f32], stride: usize) {
-    rows::<_, XR, true>(w, x, out, stride, |b| {
-        let q = load32(&b.qs);
-        (_mm256_sign_epi8(q, q), q, half(b.d), 0.0)
-    });
-}
-
-/// Q4_0 weights × `xr` quantized rows, as [`super::scalar::rows_q4_0`].
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_q4_0(w: &[BlockQ4_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-    by_rows!(xr, q4_0_n(w, x, o, s));
-}
-
-/// Q4_1 weights × `xr` quantized rows, as [`super::scalar::rows_q4_1`].
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_q4_1(w: &[BlockQ4_1], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-    by_rows!(xr, q4_1_n(w, x, o, s));
-}
-
-/// Q8_0 weights × `xr` quantized rows, as [`super::scalar::rows_q8_0`].
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_q8_0(w: &[BlockQ8_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-    by_rows!(xr, q8_0_n(w, x, o, s));
+entry_points! {
+    q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, false;
+    q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, false;
+    q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, true;
 }

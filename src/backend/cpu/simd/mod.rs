@@ -3,7 +3,9 @@
 //!
 //! Activations are quantized per row to [`BlockQ8`] (ggml's Q8_1: 32 `i8` with a scale
 //! and the scaled sum), and each weight block is dotted with them in integers, the way
-//! llama.cpp does for Q4_0, Q4_1 and Q8_0 weights.
+//! llama.cpp does for Q4_0, Q4_1 and Q8_0 weights. Prefill interleaves four
+//! activation rows per block ([`BlockQ8x4`]) so each unpacked weight block serves four
+//! rows, their scales handled as one vector.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -34,6 +36,19 @@ pub(crate) struct BlockQ8 {
     pub qs: [i8; QK],
 }
 
+/// The blocks at one position of four activation rows, interleaved. Missing rows (a
+/// tail of fewer than four) are zero blocks and produce zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub(crate) struct BlockQ8x4 {
+    /// Scales of rows 0..4, twice (one 8-lane load gives both 128-bit halves).
+    pub d: [f32; 8],
+    /// Scaled sums of rows 0..4.
+    pub s: [f32; 4],
+    /// Quantized values of rows 0..4.
+    pub qs: [[i8; QK]; 4],
+}
+
 /// ggml `block_q4_0`: f16 scale, 32 nibbles (low nibbles first), weights `(q − 8)·d`.
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -58,9 +73,13 @@ pub(crate) struct BlockQ8_0 {
     qs: [i8; 32],
 }
 
-/// `rows(w, x, out, stride)`: `out[j·stride + i] = w row j · x row i` for every weight
-/// row `j` of `w` (rows of `x.len() / xr` blocks) and `i < xr`.
-type RowsFn<B> = fn(&[B], &[BlockQ8], usize, &mut [f32], usize);
+/// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j` of `w`, rows of
+/// `x.len()` blocks.
+type RowsFn<B> = fn(&[B], &[BlockQ8], &mut [f32]);
+
+/// `rows_x4(w, x, out, stride)`: `out[j·stride + i] = w row j · x row i` for `i < 4`,
+/// rows of `x.len()` interleaved blocks.
+type RowsX4Fn<B> = fn(&[B], &[BlockQ8x4], &mut [f32], usize);
 
 /// One implementation of every kernel.
 #[derive(Clone, Copy)]
@@ -69,6 +88,9 @@ struct Table {
     q4_0: RowsFn<BlockQ4_0>,
     q4_1: RowsFn<BlockQ4_1>,
     q8_0: RowsFn<BlockQ8_0>,
+    q4_0_x4: RowsX4Fn<BlockQ4_0>,
+    q4_1_x4: RowsX4Fn<BlockQ4_1>,
+    q8_0_x4: RowsX4Fn<BlockQ8_0>,
 }
 
 impl Table {
@@ -77,6 +99,9 @@ impl Table {
         q4_0: scalar::rows_q4_0,
         q4_1: scalar::rows_q4_1,
         q8_0: scalar::rows_q8_0,
+        q4_0_x4: scalar::rows_q4_0_x4,
+        q4_1_x4: scalar::rows_q4_1_x4,
+        q8_0_x4: scalar::rows_q8_0_x4,
     };
 
     /// The AVX2 table when this CPU supports it.
@@ -90,6 +115,9 @@ impl Table {
             q4_0: x86::q4_0,
             q4_1: x86::q4_1,
             q8_0: x86::q8_0,
+            q4_0_x4: x86::q4_0_x4,
+            q4_1_x4: x86::q4_1_x4,
+            q8_0_x4: x86::q8_0_x4,
         })
     }
 
@@ -110,31 +138,32 @@ impl Table {
 /// features were detected.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{avx2, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0};
+    use super::{avx2, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4};
 
     pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8]) {
         // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
         unsafe { avx2::quantize_row(x, out) }
     }
 
-    pub(super) fn q4_0(w: &[BlockQ4_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-        // SAFETY: as in `quantize`.
-        unsafe { avx2::rows_q4_0(w, x, xr, o, s) }
+    /// Safe wrappers of `avx2::$f` for a table built after feature detection.
+    macro_rules! wrap {
+        ($($f:ident($b:ty, $x:ty $(, $stride:ident)?);)*) => {$(
+            pub(super) fn $f(w: &[$b], x: &[$x], out: &mut [f32] $(, $stride: usize)?) {
+                // SAFETY: as in `quantize`.
+                unsafe { avx2::$f(w, x, out $(, $stride)?) }
+            }
+        )*};
     }
 
-    pub(super) fn q4_1(w: &[BlockQ4_1], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-        // SAFETY: as in `quantize`.
-        unsafe { avx2::rows_q4_1(w, x, xr, o, s) }
-    }
-
-    pub(super) fn q8_0(w: &[BlockQ8_0], x: &[BlockQ8], xr: usize, o: &mut [f32], s: usize) {
-        // SAFETY: as in `quantize`.
-        unsafe { avx2::rows_q8_0(w, x, xr, o, s) }
+    wrap! {
+        q4_0(BlockQ4_0, BlockQ8);
+        q4_1(BlockQ4_1, BlockQ8);
+        q8_0(BlockQ8_0, BlockQ8);
+        q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
+        q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
+        q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
     }
 }
-
-/// Most activation rows one [`dot_rows`] call takes (the micro-kernel's height).
-pub(crate) const MAX_XR: usize = 4;
 
 /// Weight formats with an integer dot-product kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,52 +201,82 @@ pub(crate) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) -> Result<(), Backend
     Ok(())
 }
 
-/// `out[j·stride + i] = Σ_k w[j, k]·x[i, k]` for every row `j` of `w` (raw bytes of
-/// `kind`) and `i < xr ≤ MAX_XR`, where `x` holds `xr` quantized rows of equal length.
+/// `out[j] = Σ_k w[j, k]·x[k]` for every row `j` of `w` (raw bytes of `kind`), with `x`
+/// one quantized row.
 pub(crate) fn dot_rows(
     kind: QuantKind,
     w: &[u8],
     x: &[BlockQ8],
-    xr: usize,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let t = Table::get();
+    let done = match kind {
+        QuantKind::Q4_0 => run(w, x.len(), out.len(), 1, |w| (t.q4_0)(w, x, out)),
+        QuantKind::Q4_1 => run(w, x.len(), out.len(), 1, |w| (t.q4_1)(w, x, out)),
+        QuantKind::Q8_0 => run(w, x.len(), out.len(), 1, |w| (t.q8_0)(w, x, out)),
+    };
+    done.ok_or_else(|| shape_error(w.len(), x.len(), out.len(), 1))
+}
+
+/// `out[j·stride + i] = Σ_k w[j, k]·x[i, k]` for every row `j` of `w` and the four
+/// interleaved rows `i` of `x`; `stride ≥ 4`.
+pub(crate) fn dot_rows_x4(
+    kind: QuantKind,
+    w: &[u8],
+    x: &[BlockQ8x4],
     out: &mut [f32],
     stride: usize,
 ) -> Result<(), BackendError> {
-    let nb = x.len().checked_div(xr).unwrap_or(0);
-    let n_out = out.len();
-    let bad = |what: &str| {
-        BackendError::Input(format!(
-            "dot_rows: {what} ({} weight bytes, {} x blocks, {xr} rows, {n_out} outputs, stride {stride})",
-            w.len(),
-            x.len(),
-        ))
-    };
-    if xr == 0 || xr > MAX_XR || nb == 0 || nb * xr != x.len() || stride < xr {
-        return Err(bad("bad activation shape"));
-    }
     let t = Table::get();
+    let n = out.len();
     let done = match kind {
-        QuantKind::Q4_0 => run(t.q4_0, w, x, xr, out, stride),
-        QuantKind::Q4_1 => run(t.q4_1, w, x, xr, out, stride),
-        QuantKind::Q8_0 => run(t.q8_0, w, x, xr, out, stride),
+        QuantKind::Q4_0 => run(w, x.len(), n, stride, |w| (t.q4_0_x4)(w, x, out, stride)),
+        QuantKind::Q4_1 => run(w, x.len(), n, stride, |w| (t.q4_1_x4)(w, x, out, stride)),
+        QuantKind::Q8_0 => run(w, x.len(), n, stride, |w| (t.q8_0_x4)(w, x, out, stride)),
     };
-    done.ok_or_else(|| bad("weights are not whole rows or the output is too short"))
+    done.ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
 }
 
-/// Runs kernel `f` when `w` is whole rows of blocks `B` and `out` covers every row.
+/// Runs `f` on `w` as blocks `B` when it is whole rows of `nb ≥ 1` blocks and `n_out`
+/// outputs at `stride` (1, or ≥ 4 for four rows) cover every row.
 fn run<B: Pod>(
-    f: RowsFn<B>,
     w: &[u8],
-    x: &[BlockQ8],
-    xr: usize,
-    out: &mut [f32],
+    nb: usize,
+    n_out: usize,
     stride: usize,
+    f: impl FnOnce(&[B]),
 ) -> Option<()> {
-    let nb = x.len() / xr;
     let w: &[B] = bytemuck::try_cast_slice(w).ok()?;
-    let rows = w.len() / nb;
-    if rows * nb != w.len() || (rows > 0 && out.len() < (rows - 1) * stride + xr) {
-        return None;
+    let rows = w.len().checked_div(nb)?;
+    let width = if stride == 1 { 1 } else { 4 };
+    let fits = rows == 0 || n_out >= (rows - 1) * stride + width;
+    (rows * nb == w.len() && stride >= width && fits).then(|| f(w))
+}
+
+/// The error for shapes [`run`] refused.
+fn shape_error(w: usize, x: usize, out: usize, stride: usize) -> BackendError {
+    BackendError::Input(format!(
+        "quantized dot: {w} weight bytes are not whole rows of {x} blocks, or {out} outputs \
+         at stride {stride} do not cover them"
+    ))
+}
+
+/// Interleaves the quantized rows `x` (`m` rows of `nb` blocks) into groups of four,
+/// zero-padding the last group: group `g` holds rows `4g..4g + 4`, `nb` blocks each.
+pub(crate) fn interleave_x4(x: &[BlockQ8], m: usize, nb: usize) -> Vec<BlockQ8x4> {
+    let groups = m.div_ceil(4);
+    let mut out = vec![BlockQ8x4::default(); groups * nb];
+    for (g, blocks) in out.chunks_mut(nb.max(1)).enumerate() {
+        for (b, o) in blocks.iter_mut().enumerate() {
+            for i in 0..4 {
+                if let Some(xb) = x.get((4 * g + i) * nb + b).filter(|_| 4 * g + i < m) {
+                    o.d[i] = xb.d;
+                    o.d[i + 4] = xb.d;
+                    o.s[i] = xb.s;
+                    o.qs[i] = xb.qs;
+                }
+            }
+        }
     }
-    f(w, x, xr, out, stride);
-    Some(())
+    out
 }

@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use super::{dot_rows, quantize_row, BlockQ8, QuantKind, Table, QK};
+use super::{dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, Table, QK};
 use crate::backend::cpu::kernels::testutil::lcg;
 
 /// Random blocks of `kind` with finite scales in a realistic range.
@@ -40,17 +40,40 @@ fn simd_table() -> Option<Table> {
     None
 }
 
-/// Runs `kind`'s kernel from table `t` over `rows` weight rows and `xr` activation rows,
-/// with an output stride wider than `xr` (the gaps must stay untouched).
+/// Runs `kind`'s kernels from table `t` over `rows` weight rows and the `xr` rows of
+/// `x` (`nb` blocks each): row by row when `xr` is 1, else interleaved by four with an
+/// output stride wider than the group (the gaps must stay untouched). Returns
+/// `out [rows, xr]`.
 fn run(t: &Table, kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usize) -> Vec<f32> {
-    let stride = xr + 2;
-    let mut out = vec![f32::NAN; rows * stride];
-    match kind {
-        QuantKind::Q4_0 => (t.q4_0)(bytemuck::cast_slice(w), x, xr, &mut out, stride),
-        QuantKind::Q4_1 => (t.q4_1)(bytemuck::cast_slice(w), x, xr, &mut out, stride),
-        QuantKind::Q8_0 => (t.q8_0)(bytemuck::cast_slice(w), x, xr, &mut out, stride),
+    let nb = x.len() / xr;
+    if xr == 1 {
+        let mut out = vec![f32::NAN; rows];
+        match kind {
+            QuantKind::Q4_0 => (t.q4_0)(bytemuck::cast_slice(w), x, &mut out),
+            QuantKind::Q4_1 => (t.q4_1)(bytemuck::cast_slice(w), x, &mut out),
+            QuantKind::Q8_0 => (t.q8_0)(bytemuck::cast_slice(w), x, &mut out),
+        }
+        return out;
     }
-    out
+    let x4 = interleave_x4(x, xr, nb);
+    let stride = 4 * x4.len() / nb + 2;
+    let mut out = vec![f32::NAN; rows * stride];
+    for (g, xg) in x4.chunks(nb).enumerate() {
+        let o = &mut out[4 * g..];
+        match kind {
+            QuantKind::Q4_0 => (t.q4_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
+            QuantKind::Q4_1 => (t.q4_1_x4)(bytemuck::cast_slice(w), xg, o, stride),
+            QuantKind::Q8_0 => (t.q8_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
+        }
+    }
+    for row in out.chunks(stride) {
+        assert!(row[stride - 2..].iter().all(|v| v.is_nan()), "gap written");
+        assert!(
+            row[xr..stride - 2].iter().all(|&v| v == 0.0),
+            "padding rows not zero"
+        );
+    }
+    out.chunks(stride).flat_map(|r| r[..xr].to_vec()).collect()
 }
 
 #[test]
@@ -89,14 +112,24 @@ fn dot_kernels_match_scalar_twins() {
     for kind in [QuantKind::Q4_0, QuantKind::Q4_1, QuantKind::Q8_0] {
         for (nb, rows) in [(1, 3), (2, 5), (18, 7), (48, 2)] {
             let w = weights(kind, rows, nb, 10 + nb as u64);
-            for xr in 1..=4 {
+            for xr in [1, 2, 3, 4, 5, 17] {
                 let x = quantized(&lcg(20 + xr as u64, xr * nb * QK));
                 let want = run(&Table::SCALAR, kind, &w, &x, xr, rows);
                 let got = run(&simd, kind, &w, &x, xr, rows);
                 for (g, s) in got.iter().zip(&want) {
                     // Only the summation order differs: f32 rounding, relative to size.
-                    let ok = (g.is_nan() && s.is_nan()) || (g - s).abs() <= 1e-5 * (1.0 + s.abs());
+                    let ok = (g - s).abs() <= 1e-5 * (1.0 + s.abs());
                     assert!(ok, "{kind:?} nb {nb} rows {rows} xr {xr}: {g} vs {s}");
+                }
+                // Row by row and interleaved agree too.
+                if xr > 1 {
+                    for (i, xi) in x.chunks(nb).enumerate() {
+                        let single = run(&Table::SCALAR, kind, &w, xi, 1, rows);
+                        for (j, v) in single.iter().enumerate() {
+                            let g = want[j * xr + i];
+                            assert!((g - v).abs() <= 1e-5 * (1.0 + v.abs()), "{kind:?} x4 vs x1");
+                        }
+                    }
                 }
             }
         }
@@ -123,7 +156,7 @@ fn scalar_dots_equal_f32_dots_of_dequantized_values() {
         for (j, wrow) in wf.chunks(nb * QK).enumerate() {
             let want: f32 = wrow.iter().zip(&xf).map(|(a, b)| a * b).sum();
             assert!(
-                (got[j * 3] - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                (got[j] - want).abs() <= 1e-4 * (1.0 + want.abs()),
                 "{kind:?}"
             );
         }
@@ -135,13 +168,16 @@ fn checked_entry_points_reject_bad_shapes() {
     let x = quantized(&lcg(40, 2 * QK));
     let w = weights(QuantKind::Q4_1, 3, 2, 41);
     let mut out = vec![0.0; 3];
-    dot_rows(QuantKind::Q4_1, &w, &x, 1, &mut out, 1).unwrap();
-    // Weights not whole rows, output too short, bad row counts.
-    assert!(dot_rows(QuantKind::Q4_1, &w[..50], &x, 1, &mut out, 1).is_err());
-    assert!(dot_rows(QuantKind::Q4_1, &w, &x, 1, &mut out[..2], 1).is_err());
-    assert!(dot_rows(QuantKind::Q4_1, &w, &x, 0, &mut out, 1).is_err());
-    assert!(dot_rows(QuantKind::Q4_1, &w, &x, 2, &mut out, 1).is_err());
-    assert!(dot_rows(QuantKind::Q4_1, &w, &x[..0], 1, &mut out, 1).is_err());
+    dot_rows(QuantKind::Q4_1, &w, &x, &mut out).unwrap();
+    // Weights not whole rows, output too short, no activations.
+    assert!(dot_rows(QuantKind::Q4_1, &w[..50], &x, &mut out).is_err());
+    assert!(dot_rows(QuantKind::Q4_1, &w, &x, &mut out[..2]).is_err());
+    assert!(dot_rows(QuantKind::Q4_1, &w, &x[..0], &mut out).is_err());
+    let x4 = interleave_x4(&x, 1, 2);
+    let mut out = vec![0.0; 3 * 4];
+    dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 4).unwrap();
+    assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 3).is_err());
+    assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out[..11], 4).is_err());
     let mut q = vec![BlockQ8::default(); 1];
     assert!(quantize_row(&[0.0; 33], &mut q).is_err());
     quantize_row(&[1.0; 32], &mut q).unwrap();
