@@ -47,23 +47,31 @@ impl CpuBackend {
         self.pool.current_num_threads()
     }
 
-    /// `out [m, n] = x [m, k] · wᵀ` for `w` raw `[n, k]` bytes of `dtype`, on this
-    /// backend's pool: the matmul kernel alone, for `benches/`. Not a stable API.
+    /// Runs `out [m, n] = x [m, k] · wᵀ` (`w` raw `[n, k]` bytes of `dtype`) `reps`
+    /// times inside this backend's pool, as partitions do, and returns the time taken:
+    /// the matmul kernel alone, for `benches/`. Not a stable API.
     #[doc(hidden)]
     pub fn bench_matmul(
         &self,
+        reps: u64,
         x: &[f32],
         m: usize,
         (dtype, w, n, k): (crate::graph::DType, &[u8], usize, usize),
         out: &mut [f32],
-    ) -> Result<(), BackendError> {
+    ) -> Result<std::time::Duration, BackendError> {
         let w = kernels::matmul::Weight {
             dtype,
             bytes: w,
             n,
             k,
         };
-        self.pool.install(|| kernels::matmul::matmul(x, m, w, out))
+        self.pool.install(|| {
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                kernels::matmul::matmul(x, m, w, out)?;
+            }
+            Ok(start.elapsed())
+        })
     }
 }
 
