@@ -6,6 +6,7 @@ mod compile;
 mod dispatch;
 mod kernels;
 mod quant;
+mod simd;
 mod view;
 
 #[cfg(test)]
@@ -44,6 +45,33 @@ impl CpuBackend {
     /// Number of worker threads.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
+    }
+
+    /// Runs `out [m, n] = x [m, k] · wᵀ` (`w` raw `[n, k]` bytes of `dtype`) `reps`
+    /// times inside this backend's pool, as partitions do, and returns the time taken:
+    /// the matmul kernel alone, for `benches/`. Not a stable API.
+    #[doc(hidden)]
+    pub fn bench_matmul(
+        &self,
+        reps: u64,
+        x: &[f32],
+        m: usize,
+        (dtype, w, n, k): (crate::graph::DType, &[u8], usize, usize),
+        out: &mut [f32],
+    ) -> Result<std::time::Duration, BackendError> {
+        let w = kernels::matmul::Weight {
+            dtype,
+            bytes: w,
+            n,
+            k,
+        };
+        self.pool.install(|| {
+            let start = std::time::Instant::now();
+            for _ in 0..reps {
+                kernels::matmul::matmul(x, m, w, out)?;
+            }
+            Ok(start.elapsed())
+        })
     }
 }
 

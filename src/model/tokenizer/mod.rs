@@ -95,6 +95,9 @@ pub struct Tokenizer {
     special: tokenizers::Tokenizer,
     /// Treats control tokens in the input as plain text.
     plain: tokenizers::Tokenizer,
+    /// Ids, added tokens included: cached, as `tokenizers` rebuilds its whole vocabulary
+    /// map to count it (once per decoded token otherwise).
+    vocab_size: usize,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
@@ -164,6 +167,7 @@ impl Tokenizer {
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
         Self {
+            vocab_size: special.get_vocab_size(true),
             special,
             plain,
             bos,
@@ -219,6 +223,6 @@ impl Tokenizer {
 
     /// Number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.special.get_vocab_size(true)
+        self.vocab_size
     }
 }

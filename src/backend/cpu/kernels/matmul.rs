@@ -4,8 +4,11 @@
 
 use rayon::prelude::*;
 
-use super::check_len;
+use super::{check_len, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
+use crate::backend::cpu::simd::{
+    dot_rows as simd_dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, QK,
+};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -15,6 +18,14 @@ const DOT_MAX_ROWS: usize = 4;
 const TILE_ROWS: usize = 256;
 /// Weight rows per rayon task on the dot-product path.
 const DOT_CHUNK: usize = 16;
+/// Fewest weight rows per rayon task on the quantized path.
+const QUANT_MIN_TASK_ROWS: usize = 16;
+/// Rayon tasks per pool thread on the quantized path: a few, so a thread slowed by
+/// other work on the machine is balanced by the others.
+const QUANT_TASKS_PER_THREAD: usize = 4;
+/// Weight rows (a few KiB) dotted with every group of activation rows before moving
+/// on, so they stay in L1 while the activations come from L2.
+const QUANT_PANEL_ROWS: usize = 16;
 
 /// A weight matrix `[n, k]` as raw bytes of `dtype`.
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +72,9 @@ pub(crate) fn matmul(
             return Ok(());
         }
     }
+    if let Some(kind) = QuantKind::of(w.dtype) {
+        return quantized(x, m, w, kind, row_bytes, out);
+    }
     if m <= DOT_MAX_ROWS {
         return dot_rows(x, m, w, row_bytes, out);
     }
@@ -75,6 +89,80 @@ pub(crate) fn matmul(
         gemm_xwt(x, m, dst, rows, w.k, out, n0);
     }
     Ok(())
+}
+
+/// Q4_0, Q4_1 and Q8_0 weights: quantizes `x` once to Q8 blocks, then integer dot
+/// products in parallel over weight rows. With several rows of `x`, they are
+/// interleaved by four and each weight panel is reused across all groups.
+///
+/// Taken at every `M`, by measurement (CPU time per call, 1 thread, AVX2, perf
+/// task-clock): for 64×576×1536 this path takes 1.07 ms (Q4_1), 1.12 ms (Q4_0),
+/// 1.14 ms (Q8_0) against 1.38, 1.34 and 1.31 ms for dequantize + f32 gemm; for
+/// 64×1536×576, 1.12 / 1.14 / 1.17 ms against 1.38 / 1.36 / 1.31 ms. Decode
+/// (1×576×1536) takes ≈38 µs for all three.
+fn quantized(
+    x: &[f32],
+    m: usize,
+    w: Weight<'_>,
+    kind: QuantKind,
+    row_bytes: usize,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (k, n) = (w.k, w.n);
+    let nb = k / QK;
+    let mut xq = vec![BlockQ8::default(); m * nb];
+    if m * k >= PARALLEL_MIN {
+        xq.par_chunks_mut(nb)
+            .zip(x.par_chunks(k))
+            .try_for_each(|(q, x)| quantize_row(x, q))?;
+    } else {
+        quantize_row(x, &mut xq)?;
+    }
+    let tasks = rayon::current_num_threads() * QUANT_TASKS_PER_THREAD;
+    let task_rows = n.div_ceil(tasks).max(QUANT_MIN_TASK_ROWS);
+    let weights = w.bytes.par_chunks(task_rows * row_bytes);
+    if m == 1 {
+        return out
+            .par_chunks_mut(task_rows)
+            .zip(weights)
+            .try_for_each(|(o, wb)| simd_dot_rows(kind, wb, &xq, o));
+    }
+    let x4 = interleave_x4(&xq, m, nb);
+    // Transposed output, rows padded to whole groups: row `j` of `w` gives `out_t[j·m4..]`.
+    let m4 = m.div_ceil(4) * 4;
+    let mut out_t = vec![0.0f32; n * m4];
+    out_t
+        .par_chunks_mut(task_rows * m4)
+        .zip(weights)
+        .try_for_each(|(o, wb)| {
+            let panels = o
+                .chunks_mut(QUANT_PANEL_ROWS * m4)
+                .zip(wb.chunks(QUANT_PANEL_ROWS * row_bytes));
+            for (o, wb) in panels {
+                for (g, xg) in x4.chunks(nb).enumerate() {
+                    dot_rows_x4(kind, wb, xg, &mut o[4 * g..], m4)?;
+                }
+            }
+            Ok::<(), BackendError>(())
+        })?;
+    transpose_into(&out_t, m4, m, n, out);
+    Ok(())
+}
+
+/// `out [m, n]` from its transpose `out_t [n, stride]` (`stride ≥ m`), writing `out`
+/// in order (strided reads are much cheaper than strided writes), rows in parallel
+/// when large.
+fn transpose_into(out_t: &[f32], stride: usize, m: usize, n: usize, out: &mut [f32]) {
+    let row = |(i, o): (usize, &mut [f32])| {
+        for (o, &v) in o.iter_mut().zip(out_t[i..].iter().step_by(stride)) {
+            *o = v;
+        }
+    };
+    if m * n >= PARALLEL_MIN {
+        out.par_chunks_mut(n).enumerate().for_each(row);
+    } else {
+        out.chunks_mut(n).enumerate().for_each(row);
+    }
 }
 
 /// Few input rows: each task dequantizes a few weight rows and dots them with every
@@ -98,18 +186,35 @@ fn dot_rows(
                     dequantize(w.dtype, b, row)?;
                     for (i, o) in o.iter_mut().enumerate() {
                         let xi = &x[i * k..(i + 1) * k];
-                        *o = xi.iter().zip(row.iter()).map(|(a, b)| a * b).sum();
+                        *o = dot_f32(xi, row);
                     }
                 }
                 Ok::<(), BackendError>(())
             },
         )?;
-    for (j, col) in out_t.chunks(m).enumerate() {
-        for (i, &v) in col.iter().enumerate() {
-            out[i * w.n + j] = v;
+    transpose_into(&out_t, m, m, w.n, out);
+    Ok(())
+}
+
+/// `Σ a·b` in 16 independent lanes, which the compiler vectorizes (a single running
+/// sum cannot be reordered). K-quant decode, 1×1536×576, 1 thread: Q4_K 555 → 183 µs,
+/// Q6_K 698 → 327 µs.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0.0f32; L];
+    let (ac, bc) = (a.chunks_exact(L), b.chunks_exact(L));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..L {
+            acc[l] += x[l] * y[l];
         }
     }
-    Ok(())
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `out[i, col0 + j] = Σ_k x[i, k] · w[j, k]` for `j < n`, `out` having rows of
@@ -199,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn f16_and_quantized_weights_match_dequantized_naive() {
+    fn f16_weights_match_naive() {
         let k = 64;
         for (m, n) in [(2, 37), (9, 300)] {
             let x = lcg(42, m * k);
@@ -216,21 +321,61 @@ mod tests {
                 &naive(&x, m, &w, n, k),
                 1e-4,
             );
-            // Q8_0 with arbitrary bytes; reference: dequantize the whole matrix.
-            let mut q8: Vec<u8> = lcg(44, n * k / 32 * 34)
-                .iter()
-                .map(|&v| (v * 127.0) as i8 as u8)
-                .collect();
-            for block in q8.chunks_mut(34) {
-                block[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        }
+    }
+
+    /// Asserts `out [m, n]` matches `x · wᵀ` up to 8-bit activation quantization: each
+    /// activation is off by at most `max|x_block| / 254` (half a step), so output
+    /// `(i, j)` by at most `Σ_blocks max|x_block|/254 · Σ_block |w_jk|`, plus f32
+    /// rounding (`1e-5` relative). On these random rows that is ≈0.5% of `max|ref|`.
+    fn assert_within_q8_bound(out: &[f32], x: &[f32], m: usize, w: &[f32], n: usize, k: usize) {
+        let want = naive(x, m, w, n, k);
+        for i in 0..m {
+            let xi = &x[i * k..(i + 1) * k];
+            for j in 0..n {
+                let wj = &w[j * k..(j + 1) * k];
+                let bound: f32 = xi
+                    .chunks(32)
+                    .zip(wj.chunks(32))
+                    .map(|(xb, wb)| {
+                        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                        amax / 254.0 * wb.iter().map(|v| v.abs()).sum::<f32>()
+                    })
+                    .sum();
+                let (g, r) = (out[i * n + j], want[i * n + j]);
+                assert!(
+                    (g - r).abs() <= bound + 1e-5 * (1.0 + r.abs()),
+                    "m {m} n {n} k {k} [{i}, {j}]: {g} vs {r}, bound {bound}"
+                );
             }
-            let mut wq = vec![0.0; n * k];
-            dequantize(DType::Q8_0, &q8, &mut wq).unwrap();
-            assert_close(
-                &run(&x, m, DType::Q8_0, &q8, n, k),
-                &naive(&x, m, &wq, n, k),
-                1e-4,
-            );
+        }
+    }
+
+    #[test]
+    fn block_quantized_weights_match_dequantized_naive() {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+            let bb = dtype.block_bytes();
+            for (k, n) in [(32, 3), (96, 37), (576, 61)] {
+                let mut bytes: Vec<u8> = lcg(50 + k as u64, n * k / 32 * bb)
+                    .iter()
+                    .map(|&v| (v * 255.0) as i32 as u8)
+                    .collect();
+                // Finite scales (and minima) in a realistic range.
+                for (b, block) in bytes.chunks_mut(bb).enumerate() {
+                    let d = 0.01 + 0.001 * (b % 7) as f32;
+                    block[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                    if dtype == DType::Q4_1 {
+                        block[2..4].copy_from_slice(&f16::from_f32(-8.0 * d).to_le_bytes());
+                    }
+                }
+                let mut wq = vec![0.0; n * k];
+                dequantize(dtype, &bytes, &mut wq).unwrap();
+                for m in [1, 2, 3, 5, 17] {
+                    let x = lcg(60 + m as u64, m * k);
+                    let out = run(&x, m, dtype, &bytes, n, k);
+                    assert_within_q8_bound(&out, &x, m, &wq, n, k);
+                }
+            }
         }
     }
 

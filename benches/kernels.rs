@@ -1,0 +1,77 @@
+//! Criterion benchmarks of the CPU matmul kernel on the default model's shapes
+//! (SmolLM2-135M: d_model 576, FFN 1536, vocab 49152), with 2 threads. Ids are
+//! `kernels/cpu_matmul_<dtype>_<m>x<k>x<n>`; throughput is weight bytes per second (decode is
+//! bound by streaming the weights). The same weights serve every iteration, so they sit in
+//! L2/L3 (even the 30 MB head fits a 32 MB L3): these are compute-side figures, above
+//! what decode gets streaming ~96 MB of weights from DRAM per token.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use half::f16;
+use switchyard::backend::cpu::CpuBackend;
+use switchyard::graph::DType;
+
+/// `(dtype, m, k, n)` cases: decode (m = 1) and prefill (m = 64) projections, the
+/// Q8_0 output head.
+const CASES: &[(DType, usize, usize, usize)] = &[
+    (DType::Q4_1, 1, 576, 1536),
+    (DType::Q4_1, 1, 1536, 576),
+    (DType::Q4_1, 1, 576, 192),
+    (DType::Q4_1, 64, 576, 1536),
+    (DType::Q4_1, 64, 1536, 576),
+    (DType::Q4_0, 1, 576, 1536),
+    (DType::Q4_0, 64, 576, 1536),
+    (DType::Q8_0, 1, 576, 1536),
+    (DType::Q8_0, 64, 576, 1536),
+    (DType::Q8_0, 1, 576, 49152),
+    (DType::Q4K, 1, 1536, 576),
+];
+
+/// Deterministic weight bytes for `[n, k]` of `dtype` with small finite f16 scales at
+/// the start of each block (K-quants: at both f16 slots of Q4_K).
+fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
+    let len = dtype.bytes_for(n * k).expect("whole blocks");
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let mut bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (s >> 56) as u8
+        })
+        .collect();
+    let scale = f16::from_f32(0.01).to_le_bytes();
+    for block in bytes.chunks_mut(dtype.block_bytes()) {
+        block[..2].copy_from_slice(&scale);
+        block[2..4].copy_from_slice(&scale);
+    }
+    bytes
+}
+
+fn matmul(c: &mut Criterion) {
+    let cpu = CpuBackend::new(Some(2)).expect("thread pool");
+    let mut group = c.benchmark_group("kernels");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for &(dtype, m, k, n) in CASES {
+        let w = weights(dtype, n, k);
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let mut out = vec![0.0f32; m * n];
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        let id = format!("cpu_matmul_{}_{m}x{k}x{n}", dtype.name().to_lowercase());
+        // Timed inside the pool, as partitions run: no per-call thread wake-up.
+        group.bench_function(BenchmarkId::from_parameter(id), |b| {
+            b.iter_custom(|reps| {
+                cpu.bench_matmul(reps, &x, m, (dtype, &w, n, k), &mut out)
+                    .expect("matmul")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matmul);
+criterion_main!(benches);

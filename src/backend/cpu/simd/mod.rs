@@ -1,0 +1,282 @@
+//! Quantized dot-product kernels behind a dispatch table chosen once per process:
+//! AVX2 (with FMA and F16C) where the CPU has it, the portable scalar twins elsewhere.
+//!
+//! Activations are quantized per row to [`BlockQ8`] (ggml's Q8_1: 32 `i8` with a scale
+//! and the scaled sum), and each weight block is dotted with them in integers, the way
+//! llama.cpp does for Q4_0, Q4_1 and Q8_0 weights. Prefill interleaves four
+//! activation rows per block ([`BlockQ8x4`]) so each unpacked weight block serves four
+//! rows, their scales handled as one vector.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod scalar;
+#[cfg(test)]
+mod tests;
+
+use std::sync::OnceLock;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::backend::BackendError;
+use crate::graph::DType;
+
+/// Elements per quantization block.
+pub(crate) const QK: usize = 32;
+
+/// 32 activations as `x ≈ d·q`, with `s = d·Σq` for formats whose weights carry an
+/// offset (Q4_1's minimum, Q4_0's implicit −8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub(crate) struct BlockQ8 {
+    /// Scale.
+    pub d: f32,
+    /// `d` times the sum of `qs`.
+    pub s: f32,
+    /// Quantized values.
+    pub qs: [i8; QK],
+}
+
+/// The blocks at one position of four activation rows, interleaved. Missing rows (a
+/// tail of fewer than four) are zero blocks and produce zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub(crate) struct BlockQ8x4 {
+    /// Scales of rows 0..4, twice (one 8-lane load gives both 128-bit halves).
+    pub d: [f32; 8],
+    /// Scaled sums of rows 0..4.
+    pub s: [f32; 4],
+    /// Quantized values of rows 0..4.
+    pub qs: [[i8; QK]; 4],
+}
+
+/// ggml `block_q4_0`: f16 scale, 32 nibbles (low nibbles first), weights `(q − 8)·d`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ4_0 {
+    d: [u8; 2],
+    qs: [u8; 16],
+}
+
+/// ggml `block_q4_1`: f16 scale and minimum, 32 nibbles, weights `q·d + m`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ4_1 {
+    dm: [u8; 4],
+    qs: [u8; 16],
+}
+
+/// ggml `block_q8_0`: f16 scale and 32 `i8`, weights `q·d`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ8_0 {
+    d: [u8; 2],
+    qs: [i8; 32],
+}
+
+/// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j` of `w`, rows of
+/// `x.len()` blocks.
+type RowsFn<B> = fn(&[B], &[BlockQ8], &mut [f32]);
+
+/// `rows_x4(w, x, out, stride)`: `out[j·stride + i] = w row j · x row i` for `i < 4`,
+/// rows of `x.len()` interleaved blocks.
+type RowsX4Fn<B> = fn(&[B], &[BlockQ8x4], &mut [f32], usize);
+
+/// One implementation of every kernel.
+#[derive(Clone, Copy)]
+struct Table {
+    quantize: fn(&[f32], &mut [BlockQ8]),
+    q4_0: RowsFn<BlockQ4_0>,
+    q4_1: RowsFn<BlockQ4_1>,
+    q8_0: RowsFn<BlockQ8_0>,
+    q4_0_x4: RowsX4Fn<BlockQ4_0>,
+    q4_1_x4: RowsX4Fn<BlockQ4_1>,
+    q8_0_x4: RowsX4Fn<BlockQ8_0>,
+}
+
+impl Table {
+    const SCALAR: Table = Table {
+        quantize: scalar::quantize_row,
+        q4_0: scalar::rows_q4_0,
+        q4_1: scalar::rows_q4_1,
+        q8_0: scalar::rows_q8_0,
+        q4_0_x4: scalar::rows_q4_0_x4,
+        q4_1_x4: scalar::rows_q4_1_x4,
+        q8_0_x4: scalar::rows_q8_0_x4,
+    };
+
+    /// The AVX2 table when this CPU supports it.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2() -> Option<Table> {
+        let ok = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        ok.then_some(Table {
+            quantize: x86::quantize,
+            q4_0: x86::q4_0,
+            q4_1: x86::q4_1,
+            q8_0: x86::q8_0,
+            q4_0_x4: x86::q4_0_x4,
+            q4_1_x4: x86::q4_1_x4,
+            q8_0_x4: x86::q8_0_x4,
+        })
+    }
+
+    /// The best table for this CPU, chosen on first use.
+    fn get() -> &'static Table {
+        static TABLE: OnceLock<Table> = OnceLock::new();
+        TABLE.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(t) = Table::avx2() {
+                return t;
+            }
+            Table::SCALAR
+        })
+    }
+}
+
+/// Safe entry points to the AVX2 kernels, installed only by [`Table::avx2`] after the
+/// features were detected.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{avx2, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4};
+
+    pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8]) {
+        // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
+        unsafe { avx2::quantize_row(x, out) }
+    }
+
+    /// Safe wrappers of `avx2::$f` for a table built after feature detection.
+    macro_rules! wrap {
+        ($($f:ident($b:ty, $x:ty $(, $stride:ident)?);)*) => {$(
+            pub(super) fn $f(w: &[$b], x: &[$x], out: &mut [f32] $(, $stride: usize)?) {
+                // SAFETY: as in `quantize`.
+                unsafe { avx2::$f(w, x, out $(, $stride)?) }
+            }
+        )*};
+    }
+
+    wrap! {
+        q4_0(BlockQ4_0, BlockQ8);
+        q4_1(BlockQ4_1, BlockQ8);
+        q8_0(BlockQ8_0, BlockQ8);
+        q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
+        q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
+        q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
+    }
+}
+
+/// Weight formats with an integer dot-product kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QuantKind {
+    /// [`DType::Q4_0`].
+    Q4_0,
+    /// [`DType::Q4_1`].
+    Q4_1,
+    /// [`DType::Q8_0`].
+    Q8_0,
+}
+
+impl QuantKind {
+    /// The kind for `dtype`, if it has integer kernels.
+    pub(crate) fn of(dtype: DType) -> Option<QuantKind> {
+        match dtype {
+            DType::Q4_0 => Some(QuantKind::Q4_0),
+            DType::Q4_1 => Some(QuantKind::Q4_1),
+            DType::Q8_0 => Some(QuantKind::Q8_0),
+            _ => None,
+        }
+    }
+}
+
+/// Quantizes `x` (a whole number of 32-blocks) into `out`, one block per 32 values.
+pub(crate) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) -> Result<(), BackendError> {
+    if x.len() != out.len() * QK {
+        return Err(BackendError::Input(format!(
+            "cannot quantize {} values into {} blocks of {QK}",
+            x.len(),
+            out.len()
+        )));
+    }
+    (Table::get().quantize)(x, out);
+    Ok(())
+}
+
+/// `out[j] = Σ_k w[j, k]·x[k]` for every row `j` of `w` (raw bytes of `kind`), with `x`
+/// one quantized row.
+pub(crate) fn dot_rows(
+    kind: QuantKind,
+    w: &[u8],
+    x: &[BlockQ8],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let t = Table::get();
+    let done = match kind {
+        QuantKind::Q4_0 => run(w, x.len(), out.len(), 1, |w| (t.q4_0)(w, x, out)),
+        QuantKind::Q4_1 => run(w, x.len(), out.len(), 1, |w| (t.q4_1)(w, x, out)),
+        QuantKind::Q8_0 => run(w, x.len(), out.len(), 1, |w| (t.q8_0)(w, x, out)),
+    };
+    done.ok_or_else(|| shape_error(w.len(), x.len(), out.len(), 1))
+}
+
+/// `out[j·stride + i] = Σ_k w[j, k]·x[i, k]` for every row `j` of `w` and the four
+/// interleaved rows `i` of `x`; `stride ≥ 4`.
+pub(crate) fn dot_rows_x4(
+    kind: QuantKind,
+    w: &[u8],
+    x: &[BlockQ8x4],
+    out: &mut [f32],
+    stride: usize,
+) -> Result<(), BackendError> {
+    let t = Table::get();
+    let n = out.len();
+    let done = match kind {
+        QuantKind::Q4_0 => run(w, x.len(), n, stride, |w| (t.q4_0_x4)(w, x, out, stride)),
+        QuantKind::Q4_1 => run(w, x.len(), n, stride, |w| (t.q4_1_x4)(w, x, out, stride)),
+        QuantKind::Q8_0 => run(w, x.len(), n, stride, |w| (t.q8_0_x4)(w, x, out, stride)),
+    };
+    done.ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
+}
+
+/// Runs `f` on `w` as blocks `B` when it is whole rows of `nb ≥ 1` blocks and `n_out`
+/// outputs at `stride` (1, or ≥ 4 for four rows) cover every row.
+fn run<B: Pod>(
+    w: &[u8],
+    nb: usize,
+    n_out: usize,
+    stride: usize,
+    f: impl FnOnce(&[B]),
+) -> Option<()> {
+    let w: &[B] = bytemuck::try_cast_slice(w).ok()?;
+    let rows = w.len().checked_div(nb)?;
+    let width = if stride == 1 { 1 } else { 4 };
+    let fits = rows == 0 || n_out >= (rows - 1) * stride + width;
+    (rows * nb == w.len() && stride >= width && fits).then(|| f(w))
+}
+
+/// The error for shapes [`run`] refused.
+fn shape_error(w: usize, x: usize, out: usize, stride: usize) -> BackendError {
+    BackendError::Input(format!(
+        "quantized dot: {w} weight bytes are not whole rows of {x} blocks, or {out} outputs \
+         at stride {stride} do not cover them"
+    ))
+}
+
+/// Interleaves the quantized rows `x` (`m` rows of `nb` blocks) into groups of four,
+/// zero-padding the last group: group `g` holds rows `4g..4g + 4`, `nb` blocks each.
+pub(crate) fn interleave_x4(x: &[BlockQ8], m: usize, nb: usize) -> Vec<BlockQ8x4> {
+    let groups = m.div_ceil(4);
+    let mut out = vec![BlockQ8x4::default(); groups * nb];
+    for (g, blocks) in out.chunks_mut(nb.max(1)).enumerate() {
+        for (b, o) in blocks.iter_mut().enumerate() {
+            for i in 0..4 {
+                if let Some(xb) = x.get((4 * g + i) * nb + b).filter(|_| 4 * g + i < m) {
+                    o.d[i] = xb.d;
+                    o.d[i + 4] = xb.d;
+                    o.s[i] = xb.s;
+                    o.qs[i] = xb.qs;
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,128 @@
+//! Portable twins of the SIMD kernels: the reference the SIMD versions are tested
+//! against, and the implementation on CPUs without them. Same contracts as the
+//! [`super::Table`] entries: weight rows of `x.len()` blocks; any tail that does not
+//! fill a whole row or block is ignored (callers check sizes).
+
+use half::f16;
+
+use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
+
+/// Quantizes each 32 values of `x` to one block: `d = max|x| / 127`, `q = round(x / d)`
+/// (ties to even, as the SIMD rounding does), `s = d·Σq`.
+pub(super) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) {
+    for (x, o) in x.chunks_exact(QK).zip(out) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in o.qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+            sum += *q as i32;
+        }
+        o.d = d;
+        o.s = d * sum as f32;
+    }
+}
+
+/// The f16 in `b` as f32.
+fn half(b: [u8; 2]) -> f32 {
+    f16::from_le_bytes(b).to_f32()
+}
+
+/// Σ of the 32 unsigned nibbles of `qs` (low nibbles first) times `y`.
+fn dot_nibbles(qs: &[u8; 16], y: &[i8; QK]) -> i32 {
+    qs.iter()
+        .enumerate()
+        .map(|(j, &q)| (q & 0xF) as i32 * y[j] as i32 + (q >> 4) as i32 * y[j + 16] as i32)
+        .sum()
+}
+
+/// One activation block as the kernels see it: scale, scaled sum, values.
+type XBlock<'a> = (f32, f32, &'a [i8; QK]);
+
+/// Shared driver: for each weight row and each activation row (`x_rows(b)` lists the
+/// rows' blocks at position `b`), sums `block(w block, x block)` → `(scaled integer
+/// dot, offset term)` along the row, the offsets separately, into `out[j·stride + i]`.
+fn rows<'x, B, const R: usize>(
+    w: &[B],
+    nb: usize,
+    out: &mut [f32],
+    stride: usize,
+    x_rows: impl Fn(usize) -> [XBlock<'x>; R],
+    block: impl Fn(&B, XBlock<'_>) -> (f32, f32),
+) {
+    if nb == 0 {
+        return;
+    }
+    for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
+        let (mut acc, mut off) = ([0.0f32; R], [0.0f32; R]);
+        for (b, wb) in row.iter().enumerate() {
+            for (i, xb) in x_rows(b).into_iter().enumerate() {
+                let (a, c) = block(wb, xb);
+                acc[i] += a;
+                off[i] += c;
+            }
+        }
+        for (o, (a, c)) in o.iter_mut().zip(acc.iter().zip(off)) {
+            *o = a + c;
+        }
+    }
+}
+
+/// The four rows' blocks at one interleaved position.
+fn x4(x: &BlockQ8x4) -> [XBlock<'_>; 4] {
+    std::array::from_fn(|i| (x.d[i], x.s[i], &x.qs[i]))
+}
+
+/// Q4_0 block: `d_w·d_x·Σ q_w·q_x − 8·d_w·s_x`.
+fn q4_0(wb: &BlockQ4_0, (xd, xs, xq): XBlock<'_>) -> (f32, f32) {
+    let d = half(wb.d);
+    (d * xd * dot_nibbles(&wb.qs, xq) as f32, -8.0 * d * xs)
+}
+
+/// Q4_1 block: `d_w·d_x·Σ q_w·q_x + m_w·s_x`.
+fn q4_1(wb: &BlockQ4_1, (xd, xs, xq): XBlock<'_>) -> (f32, f32) {
+    let (d, m) = (half([wb.dm[0], wb.dm[1]]), half([wb.dm[2], wb.dm[3]]));
+    (d * xd * dot_nibbles(&wb.qs, xq) as f32, m * xs)
+}
+
+/// Q8_0 block: `d_w·d_x·Σ q_w·q_x`.
+fn q8_0(wb: &BlockQ8_0, (xd, _, xq): XBlock<'_>) -> (f32, f32) {
+    let dot: i32 = wb
+        .qs
+        .iter()
+        .zip(xq)
+        .map(|(&a, &b)| a as i32 * b as i32)
+        .sum();
+    (half(wb.d) * xd * dot as f32, 0.0)
+}
+
+/// Q4_0 weights × one quantized row.
+pub(super) fn rows_q4_0(w: &[BlockQ4_0], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q4_0);
+}
+
+/// Q4_1 weights × one quantized row.
+pub(super) fn rows_q4_1(w: &[BlockQ4_1], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q4_1);
+}
+
+/// Q8_0 weights × one quantized row.
+pub(super) fn rows_q8_0(w: &[BlockQ8_0], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q8_0);
+}
+
+/// Q4_0 weights × four interleaved rows.
+pub(super) fn rows_q4_0_x4(w: &[BlockQ4_0], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), q4_0);
+}
+
+/// Q4_1 weights × four interleaved rows.
+pub(super) fn rows_q4_1_x4(w: &[BlockQ4_1], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), q4_1);
+}
+
+/// Q8_0 weights × four interleaved rows.
+pub(super) fn rows_q8_0_x4(w: &[BlockQ8_0], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), q8_0);
+}

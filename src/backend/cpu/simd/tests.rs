@@ -1,0 +1,185 @@
+//! Every SIMD kernel against its scalar twin on random data with odd sizes, and the
+//! scalar kernels against f32 arithmetic on dequantized values.
+
+use half::f16;
+
+use super::{dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, Table, QK};
+use crate::backend::cpu::kernels::testutil::lcg;
+
+/// Random blocks of `kind` with finite scales in a realistic range.
+fn weights(kind: QuantKind, rows: usize, nb: usize, seed: u64) -> Vec<u8> {
+    let (bytes, scales) = match kind {
+        QuantKind::Q4_0 => (18, 1),
+        QuantKind::Q4_1 => (20, 2),
+        QuantKind::Q8_0 => (34, 1),
+    };
+    let noise = lcg(seed, rows * nb * bytes);
+    let mut w: Vec<u8> = noise.iter().map(|v| (v * 255.0) as i32 as u8).collect();
+    for (b, block) in w.chunks_mut(bytes).enumerate() {
+        for s in 0..scales {
+            let v = 0.002 + 0.01 * ((b * 7 + s * 3) % 11) as f32 * if s == 1 { -1.0 } else { 1.0 };
+            block[2 * s..2 * s + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+        }
+    }
+    w
+}
+
+fn quantized(x: &[f32]) -> Vec<BlockQ8> {
+    let mut q = vec![BlockQ8::default(); x.len() / QK];
+    (Table::SCALAR.quantize)(x, &mut q);
+    q
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd_table() -> Option<Table> {
+    Table::avx2()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn simd_table() -> Option<Table> {
+    None
+}
+
+/// Runs `kind`'s kernels from table `t` over `rows` weight rows and the `xr` rows of
+/// `x` (`nb` blocks each): row by row when `xr` is 1, else interleaved by four with an
+/// output stride wider than the group (the gaps must stay untouched). Returns
+/// `out [rows, xr]`.
+fn run(t: &Table, kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usize) -> Vec<f32> {
+    let nb = x.len() / xr;
+    if xr == 1 {
+        let mut out = vec![f32::NAN; rows];
+        match kind {
+            QuantKind::Q4_0 => (t.q4_0)(bytemuck::cast_slice(w), x, &mut out),
+            QuantKind::Q4_1 => (t.q4_1)(bytemuck::cast_slice(w), x, &mut out),
+            QuantKind::Q8_0 => (t.q8_0)(bytemuck::cast_slice(w), x, &mut out),
+        }
+        return out;
+    }
+    let x4 = interleave_x4(x, xr, nb);
+    let stride = 4 * x4.len() / nb + 2;
+    let mut out = vec![f32::NAN; rows * stride];
+    for (g, xg) in x4.chunks(nb).enumerate() {
+        let o = &mut out[4 * g..];
+        match kind {
+            QuantKind::Q4_0 => (t.q4_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
+            QuantKind::Q4_1 => (t.q4_1_x4)(bytemuck::cast_slice(w), xg, o, stride),
+            QuantKind::Q8_0 => (t.q8_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
+        }
+    }
+    for row in out.chunks(stride) {
+        assert!(row[stride - 2..].iter().all(|v| v.is_nan()), "gap written");
+        assert!(
+            row[xr..stride - 2].iter().all(|&v| v == 0.0),
+            "padding rows not zero"
+        );
+    }
+    out.chunks(stride).flat_map(|r| r[..xr].to_vec()).collect()
+}
+
+#[test]
+fn quantize_matches_scalar_exactly() {
+    let Some(simd) = simd_table() else { return };
+    for (seed, blocks) in [(1, 1), (2, 3), (3, 18), (4, 48)] {
+        let mut x: Vec<f32> = lcg(seed, blocks * QK).iter().map(|v| v * 7.0).collect();
+        // Exact ties (x·id = n + 0.5), an all-zero block and a constant block.
+        x[5] = x.iter().take(QK).fold(0.0f32, |m, v| m.max(v.abs())) * 0.5 / 127.0 * 3.0;
+        if blocks > 2 {
+            x[QK..2 * QK].fill(0.0);
+            x[2 * QK..3 * QK].fill(-0.3);
+        }
+        let mut got = vec![BlockQ8::default(); blocks];
+        (simd.quantize)(&x, &mut got);
+        assert_eq!(got, quantized(&x), "{blocks} blocks");
+    }
+}
+
+#[test]
+fn quantize_round_trips_within_half_a_step() {
+    let x: Vec<f32> = lcg(9, 5 * QK).iter().map(|v| v * 3.0).collect();
+    let q = quantized(&x);
+    for (x, b) in x.chunks(QK).zip(&q) {
+        let sum: i32 = b.qs.iter().map(|&v| v as i32).sum();
+        assert!((b.s - b.d * sum as f32).abs() <= 1e-6 * b.s.abs().max(1.0));
+        for (v, &qv) in x.iter().zip(&b.qs) {
+            assert!((v - b.d * qv as f32).abs() <= b.d * 0.5 + 1e-7);
+        }
+    }
+}
+
+#[test]
+fn dot_kernels_match_scalar_twins() {
+    let Some(simd) = simd_table() else { return };
+    for kind in [QuantKind::Q4_0, QuantKind::Q4_1, QuantKind::Q8_0] {
+        for (nb, rows) in [(1, 3), (2, 5), (18, 7), (48, 2)] {
+            let w = weights(kind, rows, nb, 10 + nb as u64);
+            for xr in [1, 2, 3, 4, 5, 17] {
+                let x = quantized(&lcg(20 + xr as u64, xr * nb * QK));
+                let want = run(&Table::SCALAR, kind, &w, &x, xr, rows);
+                let got = run(&simd, kind, &w, &x, xr, rows);
+                for (g, s) in got.iter().zip(&want) {
+                    // Only the summation order differs: f32 rounding, relative to size.
+                    let ok = (g - s).abs() <= 1e-5 * (1.0 + s.abs());
+                    assert!(ok, "{kind:?} nb {nb} rows {rows} xr {xr}: {g} vs {s}");
+                }
+                // Row by row and interleaved agree too.
+                if xr > 1 {
+                    for (i, xi) in x.chunks(nb).enumerate() {
+                        let single = run(&Table::SCALAR, kind, &w, xi, 1, rows);
+                        for (j, v) in single.iter().enumerate() {
+                            let g = want[j * xr + i];
+                            assert!((g - v).abs() <= 1e-5 * (1.0 + v.abs()), "{kind:?} x4 vs x1");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_dots_equal_f32_dots_of_dequantized_values() {
+    let nb = 3;
+    for (kind, dtype) in [
+        (QuantKind::Q4_0, crate::graph::DType::Q4_0),
+        (QuantKind::Q4_1, crate::graph::DType::Q4_1),
+        (QuantKind::Q8_0, crate::graph::DType::Q8_0),
+    ] {
+        let w = weights(kind, 2, nb, 30);
+        let mut wf = vec![0.0; 2 * nb * QK];
+        crate::backend::cpu::quant::dequantize(dtype, &w, &mut wf).unwrap();
+        let x = quantized(&lcg(31, nb * QK));
+        let xf: Vec<f32> = x
+            .iter()
+            .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
+            .collect();
+        let got = run(&Table::SCALAR, kind, &w, &x, 1, 2);
+        for (j, wrow) in wf.chunks(nb * QK).enumerate() {
+            let want: f32 = wrow.iter().zip(&xf).map(|(a, b)| a * b).sum();
+            assert!(
+                (got[j] - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{kind:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn checked_entry_points_reject_bad_shapes() {
+    let x = quantized(&lcg(40, 2 * QK));
+    let w = weights(QuantKind::Q4_1, 3, 2, 41);
+    let mut out = vec![0.0; 3];
+    dot_rows(QuantKind::Q4_1, &w, &x, &mut out).unwrap();
+    // Weights not whole rows, output too short, no activations.
+    assert!(dot_rows(QuantKind::Q4_1, &w[..50], &x, &mut out).is_err());
+    assert!(dot_rows(QuantKind::Q4_1, &w, &x, &mut out[..2]).is_err());
+    assert!(dot_rows(QuantKind::Q4_1, &w, &x[..0], &mut out).is_err());
+    let x4 = interleave_x4(&x, 1, 2);
+    let mut out = vec![0.0; 3 * 4];
+    dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 4).unwrap();
+    assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 3).is_err());
+    assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out[..11], 4).is_err());
+    let mut q = vec![BlockQ8::default(); 1];
+    assert!(quantize_row(&[0.0; 33], &mut q).is_err());
+    quantize_row(&[1.0; 32], &mut q).unwrap();
+    assert_eq!(q[0].qs, [127; 32]);
+}
