@@ -84,7 +84,7 @@ def main():
     print(f"\n| memory | switchyard | llama.cpp |\n|---|---:|---:|")
     print(f"| peak RSS (process) | {mib(sy_rss)} | {mib(ll_rss)} |")
     print(f"| model file | {mib(m['file_bytes'])} | {mib(ll0['model_bytes'])} |")
-    print(f"| KV cache ({m['ctx']} / {ll0['ctx']} positions) | {mib(m['kv_bytes'])} (f32) "
+    print(f"| KV cache ({m['ctx']} / {ll0['ctx']} positions) | {mib(m['kv_bytes'])} ({m.get('kv_dtype', '?').lower()}) "
           f"| {mib(ll0['kv_bytes'])} (f16) |")
     print(f"| model + KV | {mib(m['file_bytes'] + m['kv_bytes'])} | "
           f"{mib(ll0['model_bytes'] + ll0['kv_bytes'])} |")

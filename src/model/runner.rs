@@ -120,6 +120,11 @@ impl Runner {
         }
     }
 
+    /// How new sequences store keys and values.
+    pub fn kv_dtype(&self) -> KvDType {
+        self.kv_dtype
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config

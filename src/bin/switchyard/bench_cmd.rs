@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use switchyard::backend::KvDType;
 
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
@@ -54,6 +55,7 @@ struct ModelReport {
     path: String,
     file_bytes: u64,
     kv_bytes: usize,
+    kv_dtype: KvDType,
     ctx: usize,
     n_layers: usize,
     d_model: usize,
@@ -131,6 +133,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             path: model.path.display().to_string(),
             file_bytes: model_bytes(&model.path)?,
             kv_bytes: runner.new_sequence().kv_bytes(),
+            kv_dtype: runner.kv_dtype(),
             ctx,
             n_layers: model.config.n_layers,
             d_model: model.config.d_model,

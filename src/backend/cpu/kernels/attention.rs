@@ -4,6 +4,7 @@ use rayon::prelude::*;
 
 use super::check_len;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::backend::{BackendError, KvRows, StepState};
 
@@ -142,9 +143,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => &r[start..start + buf.len()],
             Rows::F16(r) => {
-                for (o, h) in buf.iter_mut().zip(&r[start..]) {
-                    *o = h.to_f32();
-                }
+                r[start..start + buf.len()].convert_to_f32_slice(buf);
                 buf
             }
         }
