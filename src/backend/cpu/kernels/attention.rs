@@ -75,35 +75,57 @@ pub(crate) fn attention(
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
     let wide = wide_vectors_available();
-    // One task per (token, kv head): the `group` query heads that share a kv head are
-    // scored together, so each key and value row is loaded once for all of them.
-    out.par_chunks_mut(group * dh).enumerate().for_each_init(
-        || Scratch {
-            scores: Vec::with_capacity(group * (kv_len + n)),
-            row: vec![0.0; dh],
-        },
-        |scratch, (task, o)| {
-            let (t, kv_head) = (task / p.n_kv_heads, task % p.n_kv_heads);
-            let task = GroupTask {
-                queries: &q[task * group * dh..][..group * dh],
-                keys,
-                values,
-                kv_width,
-                kv_off: kv_head * dh,
-                seen: kv_len + t + 1,
-                head_dim: dh,
-                scale: p.scale,
-            };
-            if wide {
-                // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
-                unsafe { task.run_avx2(scratch, o) }
-            } else {
-                task.run(scratch, o)
-            }
-        },
-    );
+    // One task per (block of tokens, kv head): every query row of the block's tokens
+    // whose head shares that kv head is scored together, so each key and value row is
+    // loaded (and converted from f16) once for up to `TOKEN_BLOCK · group` rows.
+    let block = n.clamp(1, TOKEN_BLOCK);
+    let n_blocks = n.div_ceil(block);
+    let results: Vec<Vec<f32>> = (0..n_blocks * p.n_kv_heads)
+        .into_par_iter()
+        .map_init(
+            || Scratch {
+                scores: Vec::new(),
+                row: vec![0.0; dh],
+            },
+            |scratch, task| {
+                let (first, kv_head) = ((task / p.n_kv_heads) * block, task % p.n_kv_heads);
+                let tokens = block.min(n - first);
+                let task = GroupTask {
+                    queries: &q[first * q_width..(first + tokens) * q_width],
+                    q_width,
+                    head_off: kv_head * group * dh,
+                    group,
+                    keys,
+                    values,
+                    kv_width,
+                    kv_off: kv_head * dh,
+                    first_seen: kv_len + first + 1,
+                    head_dim: dh,
+                    scale: p.scale,
+                };
+                let mut local = vec![0.0; tokens * group * dh];
+                if wide {
+                    // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
+                    unsafe { task.run_avx2(scratch, &mut local) }
+                } else {
+                    task.run(scratch, &mut local)
+                }
+                local
+            },
+        )
+        .collect();
+    for (task, local) in results.iter().enumerate() {
+        let (first, kv_head) = ((task / p.n_kv_heads) * block, task % p.n_kv_heads);
+        for (t, rows) in local.chunks_exact(group * dh).enumerate() {
+            let at = (first + t) * q_width + kv_head * group * dh;
+            out[at..at + group * dh].copy_from_slice(rows);
+        }
+    }
     Ok(())
 }
+
+/// Most tokens whose queries one attention task scores together.
+const TOKEN_BLOCK: usize = 16;
 
 /// Whether the AVX2 build of the inner loops can run here (checked once).
 fn wide_vectors_available() -> bool {
@@ -158,10 +180,16 @@ struct Scratch {
     row: Vec<f32>,
 }
 
-/// Attention of one token's query heads that share one kv head.
+/// Attention of a block of consecutive tokens' query heads that share one kv head.
 struct GroupTask<'a> {
-    /// `group` query rows of `head_dim`, contiguous.
+    /// The block's query rows, `[tokens, q_width]`.
     queries: &'a [f32],
+    /// Width of a query row (all heads).
+    q_width: usize,
+    /// Offset of this group's first head within a query row.
+    head_off: usize,
+    /// Query heads per kv head.
+    group: usize,
     /// The layer's keys, `[capacity, kv_width]`.
     keys: Rows<'a>,
     /// The layer's values, `[capacity, kv_width]`.
@@ -169,8 +197,8 @@ struct GroupTask<'a> {
     kv_width: usize,
     /// Offset of this kv head within a key or value row.
     kv_off: usize,
-    /// Cache positions this token attends to.
-    seen: usize,
+    /// Cache positions the block's first token attends to; each later token sees one more.
+    first_seen: usize,
     head_dim: usize,
     scale: f32,
 }
@@ -186,29 +214,44 @@ impl GroupTask<'_> {
         self.run(scratch, out)
     }
 
-    /// Writes the group's attention outputs (`group · head_dim`) into `out`.
+    /// Query row `r` (token `r / group`, head `r % group` of the group).
+    #[inline(always)]
+    fn query(&self, r: usize) -> &[f32] {
+        let (t, h) = (r / self.group, r % self.group);
+        &self.queries[t * self.q_width + self.head_off + h * self.head_dim..][..self.head_dim]
+    }
+
+    /// Writes the outputs of every query row (`[tokens · group, head_dim]`) into `out`.
     #[inline(always)]
     fn run(&self, scratch: &mut Scratch, out: &mut [f32]) {
-        let (dh, seen) = (self.head_dim, self.seen);
-        let group = self.queries.len() / dh;
+        let dh = self.head_dim;
+        let rows = out.len() / dh;
+        let tokens = rows / self.group;
+        let seen_max = self.first_seen + tokens - 1;
+        // Rows of tokens before this one cannot see position `j`: the first row that can.
+        let first_row = |j: usize| (j + 1).saturating_sub(self.first_seen) * self.group;
         let Scratch { scores, row } = scratch;
         row.resize(dh, 0.0);
         scores.clear();
-        scores.resize(group * seen, 0.0);
-        for j in 0..seen {
+        scores.resize(rows * seen_max, 0.0);
+        for j in 0..seen_max {
             let key = self.keys.get(j * self.kv_width + self.kv_off, row);
-            for (h, query) in self.queries.chunks_exact(dh).enumerate() {
-                scores[h * seen + j] = self.scale * dot(query, key);
+            for r in first_row(j)..rows {
+                scores[r * seen_max + j] = self.scale * dot(self.query(r), key);
             }
         }
-        for probs in scores.chunks_exact_mut(seen) {
-            softmax_in_place(probs);
+        for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
+            softmax_in_place(&mut probs[..self.first_seen + r / self.group]);
         }
         out.fill(0.0);
-        for j in 0..seen {
+        for j in 0..seen_max {
             let value = self.values.get(j * self.kv_width + self.kv_off, row);
-            for (h, o) in out.chunks_exact_mut(dh).enumerate() {
-                axpy(scores[h * seen + j], value, o);
+            for r in first_row(j)..rows {
+                axpy(
+                    scores[r * seen_max + j],
+                    value,
+                    &mut out[r * dh..(r + 1) * dh],
+                );
             }
         }
     }
@@ -315,11 +358,14 @@ mod tests {
         ] {
             let task = GroupTask {
                 queries: &queries,
+                q_width: 3 * dh,
+                head_off: 0,
+                group: 3,
                 keys: k,
                 values: v,
                 kv_width: 2 * dh,
                 kv_off: dh,
-                seen: 9,
+                first_seen: 9,
                 head_dim: dh,
                 scale: 0.3,
             };
@@ -340,6 +386,53 @@ mod tests {
     fn prefill_then_decode_matches_naive_gqa() {
         prefill_then_decode(KvDType::F32, 1e-5);
         prefill_then_decode(KvDType::F16, 3e-3);
+    }
+
+    #[test]
+    fn a_prefill_longer_than_a_token_block_matches_naive() {
+        let total = 2 * TOKEN_BLOCK + 5;
+        let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+        let (q, k, v) = (
+            lcg(40, total * qw),
+            lcg(41, total * kw),
+            lcg(42, total * kw),
+        );
+        let want = naive(&q, &k, &v, total);
+        let mut cache = KvCache::new(KvLayout {
+            n_layers: 2,
+            capacity: total,
+            n_kv_heads: 2,
+            head_dim: 5,
+            dtype: KvDType::F32,
+        });
+        let split = total - 3;
+        let mut state = StepState {
+            kv_len: 0,
+            kv: Some(&mut cache),
+        };
+        let mut out = vec![0.0; split * qw];
+        attention(
+            &q[..split * qw],
+            &k[..split * kw],
+            &v[..split * kw],
+            P,
+            &mut state,
+            &mut out,
+        )
+        .unwrap();
+        assert_close(&out, &want[..split * qw], 1e-5);
+        state.kv_len = split;
+        let mut rest = vec![0.0; 3 * qw];
+        attention(
+            &q[split * qw..],
+            &k[split * kw..],
+            &v[split * kw..],
+            P,
+            &mut state,
+            &mut rest,
+        )
+        .unwrap();
+        assert_close(&rest, &want[split * qw..], 1e-5);
     }
 
     fn prefill_then_decode(dtype: KvDType, tolerance: f32) {
