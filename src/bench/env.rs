@@ -2,9 +2,9 @@
 //! stamped at its start so that results from different machines and days compare.
 //! `/proc` text is parsed by pure functions; anything unreadable becomes `None`.
 
-use std::collections::HashSet;
-
 use serde::Serialize;
+
+use crate::backend::cpu::threads::parse_physical_cores;
 
 /// Where and with what a benchmark ran.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -104,19 +104,6 @@ pub fn parse_cpu_model(cpuinfo: &str) -> Option<String> {
         .lines()
         .find_map(|line| field(line, "model name"))
         .map(str::to_string)
-}
-
-/// Physical cores in `/proc/cpuinfo` text: distinct (`physical id`, `core id`) pairs,
-/// or `None` when the file does not say (some VMs and ARM kernels).
-pub fn parse_physical_cores(cpuinfo: &str) -> Option<usize> {
-    let mut cores = HashSet::new();
-    for block in cpuinfo.split("\n\n") {
-        let get = |key| block.lines().find_map(|l| field(l, key));
-        if let Some(core) = get("core id") {
-            cores.insert((get("physical id").unwrap_or("0"), core));
-        }
-    }
-    (!cores.is_empty()).then_some(cores.len())
 }
 
 /// A `Key:   N kB` field of `/proc/meminfo` or `/proc/self/status`, in bytes.

@@ -7,6 +7,7 @@ mod dispatch;
 mod kernels;
 mod quant;
 mod simd;
+pub mod threads;
 mod view;
 
 #[cfg(test)]
@@ -30,7 +31,7 @@ impl CpuBackend {
     pub fn new(threads: Option<usize>) -> Result<CpuBackend, BackendError> {
         let threads = threads
             .filter(|&t| t > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            .unwrap_or_else(threads::default_threads);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("switchyard-cpu-{i}"))

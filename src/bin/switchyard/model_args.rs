@@ -30,7 +30,7 @@ pub struct ModelArgs {
     /// Context length: most positions (prompt + generated tokens) one sequence holds.
     #[arg(long, default_value_t = 2048, value_name = "N")]
     pub ctx: usize,
-    /// CPU threads (default: all cores).
+    /// CPU threads (default: one per physical core).
     #[arg(long, short = 't', value_name = "N")]
     pub threads: Option<usize>,
     /// How the KV cache stores keys and values: f16 halves its memory, f32 is exact.
