@@ -108,7 +108,7 @@ pub(crate) fn attention(
                     // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
                     unsafe { task.run_avx2(scratch, &mut local) }
                 } else {
-                    task.run(scratch, &mut local)
+                    task.run::<false>(scratch, &mut local)
                 }
                 local
             },
@@ -211,7 +211,7 @@ impl GroupTask<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run_avx2(&self, scratch: &mut Scratch, out: &mut [f32]) {
-        self.run(scratch, out)
+        self.run::<true>(scratch, out)
     }
 
     /// Query row `r` (token `r / group`, head `r % group` of the group).
@@ -223,7 +223,7 @@ impl GroupTask<'_> {
 
     /// Writes the outputs of every query row (`[tokens · group, head_dim]`) into `out`.
     #[inline(always)]
-    fn run(&self, scratch: &mut Scratch, out: &mut [f32]) {
+    fn run<const FMA: bool>(&self, scratch: &mut Scratch, out: &mut [f32]) {
         let dh = self.head_dim;
         let rows = out.len() / dh;
         let tokens = rows / self.group;
@@ -237,7 +237,7 @@ impl GroupTask<'_> {
         for j in 0..seen_max {
             let key = self.keys.get(j * self.kv_width + self.kv_off, row);
             for r in first_row(j)..rows {
-                scores[r * seen_max + j] = self.scale * dot(self.query(r), key);
+                scores[r * seen_max + j] = self.scale * dot::<FMA>(self.query(r), key);
             }
         }
         for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
@@ -247,7 +247,7 @@ impl GroupTask<'_> {
         for j in 0..seen_max {
             let value = self.values.get(j * self.kv_width + self.kv_off, row);
             for r in first_row(j)..rows {
-                axpy(
+                axpy::<FMA>(
                     scores[r * seen_max + j],
                     value,
                     &mut out[r * dh..(r + 1) * dh],
@@ -259,24 +259,35 @@ impl GroupTask<'_> {
 
 /// `Σ a·b` with eight independent accumulators, so the loop vectorises.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
     let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
     for (x, y) in a8.zip(b8) {
         for l in 0..8 {
-            lanes[l] += x[l] * y[l];
+            lanes[l] = madd::<FMA>(x[l], y[l], lanes[l]);
         }
     }
     let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
     lanes.iter().sum::<f32>() + tail
 }
 
+/// `a · b + c`: one fused instruction where the caller was compiled with FMA, a plain
+/// multiply and add elsewhere (where `mul_add` would be a slow library call).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// `out += alpha · x`.
 #[inline(always)]
-fn axpy(alpha: f32, x: &[f32], out: &mut [f32]) {
+fn axpy<const FMA: bool>(alpha: f32, x: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
-        *o += alpha * v;
+        *o = madd::<FMA>(alpha, v, *o);
     }
 }
 
@@ -370,7 +381,7 @@ mod tests {
                 scale: 0.3,
             };
             let mut portable = vec![0.0; 3 * dh];
-            task.run(&mut scratch(), &mut portable);
+            task.run::<false>(&mut scratch(), &mut portable);
             if wide_vectors_available() {
                 let mut wide = vec![0.0; 3 * dh];
                 // SAFETY: checked just above.
