@@ -40,10 +40,12 @@ pub enum KvRows {
 }
 
 impl KvRows {
+    /// Zeroed rows from the allocator's zeroed pages, so positions never written cost
+    /// no resident memory.
     fn zeroed(dtype: KvDType, len: usize) -> KvRows {
         match dtype {
-            KvDType::F16 => KvRows::F16(vec![f16::ZERO; len]),
-            KvDType::F32 => KvRows::F32(vec![0.0; len]),
+            KvDType::F16 => KvRows::F16(bytemuck::zeroed_vec(len)),
+            KvDType::F32 => KvRows::F32(bytemuck::zeroed_vec(len)),
         }
     }
 
