@@ -1,0 +1,154 @@
+//! AVX-512 VNNI kernels, twins of [`super::scalar`] (and of the AVX2 kernels, whose
+//! block unpacking and quantization they share). `vpdpbusd` multiplies unsigned by
+//! signed bytes and sums groups of four straight into i32 lanes, replacing AVX2's
+//! `maddubs` + `madd` pair (and its i16 stage). The single-row kernels use the 256-bit
+//! (VL) form, one 32-weight block per vector; the four-row kernels broadcast each
+//! unpacked weight block to 512 bits and dot it with two activation rows at a time,
+//! rows 0–1 and 2–3 being contiguous 64 bytes in [`BlockQ8x4`].
+
+use std::arch::x86_64::*;
+
+use super::avx2::{hsum, load32, unpack_q4_0, unpack_q4_1, unpack_q8_0, Unpacked};
+use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
+
+/// `lanes · (y, its signs flipped where the weight's are negative when SIGNED)`, as 8
+/// f32 lanes of i32 sums of four products each.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn block_dot<const SIGNED: bool>(lanes: __m256i, signs: __m256i, y: &[i8; QK]) -> __m256 {
+    let mut y = load32(y);
+    if SIGNED {
+        y = _mm256_sign_epi8(y, signs);
+    }
+    _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lanes, y))
+}
+
+/// Shared single-row kernel: `out[j] = w row j · x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn rows<B, const SIGNED: bool>(
+    w: &[B],
+    x: &[BlockQ8],
+    out: &mut [f32],
+    unpack: impl Fn(&B) -> Unpacked,
+) {
+    let nb = x.len();
+    if nb == 0 {
+        return;
+    }
+    for (row, o) in w.chunks_exact(nb).zip(out) {
+        let (mut acc, mut off) = (_mm256_setzero_ps(), 0.0f32);
+        for (wb, xb) in row.iter().zip(x) {
+            let (lanes, signs, d, m) = unpack(wb);
+            let p = block_dot::<SIGNED>(lanes, signs, &xb.qs);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc);
+            off += m * xb.s;
+        }
+        *o = hsum(acc) + off;
+    }
+}
+
+/// 64 activation bytes (two rows of one interleaved block) as a vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn load64(b: &[[i8; QK]]) -> __m512i {
+    assert!(b.len() >= 2);
+    // SAFETY: `b` holds at least two contiguous 32-byte arrays (checked above, and
+    // elided after inlining since callers pass fixed slices), 64 readable bytes;
+    // `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
+}
+
+/// The upper 8 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn upper(v: __m512) -> __m256 {
+    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+}
+
+/// Shared four-row kernel: `out[j·stride + i] = w row j · x row i`. Each unpacked
+/// weight block is broadcast to both 256-bit halves and dotted with rows 0–1 and 2–3
+/// as two 512-bit `vpdpbusd`; each half is scaled by its row's `d_w·d_x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn rows_x4<B, const SIGNED: bool>(
+    w: &[B],
+    x: &[BlockQ8x4],
+    out: &mut [f32],
+    stride: usize,
+    unpack: impl Fn(&B) -> Unpacked,
+) {
+    let nb = x.len();
+    if nb == 0 {
+        return;
+    }
+    // Lanes of the 8 scales `d_w·d_x[0..4]` (twice) feeding each output half.
+    let idx01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let idx23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    let zero = _mm512_setzero_si512();
+    for (row, o) in w.chunks_exact(nb).zip(out.chunks_mut(stride)) {
+        let (mut acc01, mut acc23) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut off = _mm_setzero_ps();
+        for (wb, xb) in row.iter().zip(x) {
+            let (lanes, signs, d, m) = unpack(wb);
+            let l = _mm512_broadcast_i64x4(lanes);
+            // SAFETY: `xb.d` is 8 readable f32 and `xb.s` 4; `loadu` has no alignment
+            // requirement.
+            let (xd, xs) = unsafe { (_mm256_loadu_ps(xb.d.as_ptr()), _mm_loadu_ps(xb.s.as_ptr())) };
+            let (mut y01, mut y23) = (load64(&xb.qs[0..2]), load64(&xb.qs[2..4]));
+            if SIGNED {
+                let k = u64::from(_mm256_movepi8_mask(signs));
+                let k = k | (k << 32);
+                y01 = _mm512_mask_sub_epi8(y01, k, zero, y01);
+                y23 = _mm512_mask_sub_epi8(y23, k, zero, y23);
+            }
+            let dd = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(d), xd));
+            off = _mm_fmadd_ps(_mm_set1_ps(m), xs, off);
+            let p01 = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, l, y01));
+            let p23 = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, l, y23));
+            acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx01, dd), p01, acc01);
+            acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx23, dd), p23, acc23);
+        }
+        let mut offs = [0.0f32; 4];
+        // SAFETY: `offs` is 4 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_ps(offs.as_mut_ptr(), off) };
+        let sums = [
+            hsum(_mm512_castps512_ps256(acc01)),
+            hsum(upper(acc01)),
+            hsum(_mm512_castps512_ps256(acc23)),
+            hsum(upper(acc23)),
+        ];
+        for (o, (a, c)) in o.iter_mut().zip(sums.iter().zip(offs)) {
+            *o = a + c;
+        }
+    }
+}
+
+/// Declares the `unsafe` entry points, one per weight format and layout.
+macro_rules! entry_points {
+    ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $signed:literal;)*) => {$(
+        #[doc = concat!("`", stringify!($b), "` weights × one quantized row, as the scalar twin.")]
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn $name(w: &[$b], x: &[BlockQ8], out: &mut [f32]) {
+            rows::<_, $signed>(w, x, out, |b| $unpack(b));
+        }
+
+        #[doc = concat!("`", stringify!($b), "` weights × four interleaved rows, as the scalar twin.")]
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(super) unsafe fn $x4(w: &[$b], x: &[BlockQ8x4], out: &mut [f32], stride: usize) {
+            rows_x4::<_, $signed>(w, x, out, stride, |b| $unpack(b));
+        }
+    )*};
+}
+
+entry_points! {
+    q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, false;
+    q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, false;
+    q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, true;
+}
