@@ -46,7 +46,7 @@ fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256 {
 /// The two f16 in `b` as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn half2(b: [u8; 4]) -> (f32, f32) {
+pub(super) fn half2(b: [u8; 4]) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(b)));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
@@ -57,7 +57,7 @@ fn half2(b: [u8; 4]) -> (f32, f32) {
 /// iteration to the previous one (measured: Q4_0 prefill ×1.5 slower than Q4_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn half(b: [u8; 2]) -> f32 {
+pub(super) fn half(b: [u8; 2]) -> f32 {
     let bits = u32::from(u16::from_le_bytes(b));
     let v: __m128;
     // SAFETY: register-only instructions (no memory, no stack); F16C is enabled.

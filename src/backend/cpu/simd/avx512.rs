@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{hsum, load32, unpack_q4_0, unpack_q4_1, unpack_q8_0, Unpacked};
+use super::avx2::{half, half2, hsum, load32, unpack_q4_0, unpack_q4_1, unpack_q8_0, Unpacked};
 use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
 
 /// `lanes · (y, its signs flipped where the weight's are negative when SIGNED)`, as 8
@@ -76,7 +76,7 @@ fn rows_x4<B, const SIGNED: bool>(
     x: &[BlockQ8x4],
     out: &mut [f32],
     stride: usize,
-    unpack: impl Fn(&B) -> Unpacked,
+    unpack: impl Fn(&B) -> Unpacked512,
 ) {
     let nb = x.len();
     if nb == 0 {
@@ -90,15 +90,12 @@ fn rows_x4<B, const SIGNED: bool>(
         let (mut acc01, mut acc23) = (_mm512_setzero_ps(), _mm512_setzero_ps());
         let mut off = _mm_setzero_ps();
         for (wb, xb) in row.iter().zip(x) {
-            let (lanes, signs, d, m) = unpack(wb);
-            let l = _mm512_broadcast_i64x4(lanes);
+            let (l, k, d, m) = unpack(wb);
             // SAFETY: `xb.d` is 8 readable f32 and `xb.s` 4; `loadu` has no alignment
             // requirement.
             let (xd, xs) = unsafe { (_mm256_loadu_ps(xb.d.as_ptr()), _mm_loadu_ps(xb.s.as_ptr())) };
             let (mut y01, mut y23) = (load64(&xb.qs[0..2]), load64(&xb.qs[2..4]));
             if SIGNED {
-                let k = u64::from(_mm256_movepi8_mask(signs));
-                let k = k | (k << 32);
                 y01 = _mm512_mask_sub_epi8(y01, k, zero, y01);
                 y23 = _mm512_mask_sub_epi8(y23, k, zero, y23);
             }
@@ -124,9 +121,49 @@ fn rows_x4<B, const SIGNED: bool>(
     }
 }
 
+/// One weight block unpacked for [`rows_x4`]: `(u8 or |i8| lanes of the block in
+/// both 256-bit halves, mask of the negative weights in both halves, scale, offset)`.
+type Unpacked512 = (__m512i, u64, f32, f32);
+
+/// The 32 nibbles of `qs` as bytes 0..=15 in both 256-bit halves (low nibbles, then
+/// high): one broadcast load, one variable shift, one mask.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn nibbles512(qs: &[u8; 16]) -> __m512i {
+    // SAFETY: `qs` is 16 readable bytes; `loadu` has no alignment requirement.
+    let b = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(qs.as_ptr().cast()) });
+    let shifts = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    _mm512_and_si512(_mm512_srlv_epi64(b, shifts), _mm512_set1_epi8(0x0F))
+}
+
+/// Q4_0 for [`rows_x4`]: nibbles, scale `d`, offset `−8·d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_q4_0(b: &BlockQ4_0) -> Unpacked512 {
+    let d = half(b.d);
+    (nibbles512(&b.qs), 0, d, -8.0 * d)
+}
+
+/// Q4_1 for [`rows_x4`]: nibbles, scale `d`, offset `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_q4_1(b: &BlockQ4_1) -> Unpacked512 {
+    let (d, m) = half2(b.dm);
+    (nibbles512(&b.qs), 0, d, m)
+}
+
+/// Q8_0 for [`rows_x4`]: `|q|` and the mask of negative `q`, scale `d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_q8_0(b: &BlockQ8_0) -> Unpacked512 {
+    let (lanes, signs, d, m) = unpack_q8_0(b);
+    let k = u64::from(_mm256_movepi8_mask(signs));
+    (_mm512_broadcast_i64x4(lanes), k | (k << 32), d, m)
+}
+
 /// Declares the `unsafe` entry points, one per weight format and layout.
 macro_rules! entry_points {
-    ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $signed:literal;)*) => {$(
+    ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $unpack512:ident, $signed:literal;)*) => {$(
         #[doc = concat!("`", stringify!($b), "` weights × one quantized row, as the scalar twin.")]
         ///
         /// # Safety
@@ -142,13 +179,13 @@ macro_rules! entry_points {
         /// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VL and AVX-512 VNNI.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(super) unsafe fn $x4(w: &[$b], x: &[BlockQ8x4], out: &mut [f32], stride: usize) {
-            rows_x4::<_, $signed>(w, x, out, stride, |b| $unpack(b));
+            rows_x4::<_, $signed>(w, x, out, stride, |b| $unpack512(b));
         }
     )*};
 }
 
 entry_points! {
-    q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, false;
-    q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, false;
-    q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, true;
+    q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, unpack512_q4_0, false;
+    q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, unpack512_q4_1, false;
+    q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, unpack512_q8_0, true;
 }
