@@ -106,19 +106,21 @@ fn rows_x4<B, const SIGNED: bool>(
             acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx01, dd), p01, acc01);
             acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx23, dd), p23, acc23);
         }
-        let mut offs = [0.0f32; 4];
-        // SAFETY: `offs` is 4 writable f32; `storeu` has no alignment requirement.
-        unsafe { _mm_storeu_ps(offs.as_mut_ptr(), off) };
-        let sums = [
-            hsum(_mm512_castps512_ps256(acc01)),
-            hsum(upper(acc01)),
-            hsum(_mm512_castps512_ps256(acc23)),
-            hsum(upper(acc23)),
-        ];
-        for (o, (a, c)) in o.iter_mut().zip(sums.iter().zip(offs)) {
-            *o = a + c;
-        }
+        let sums = _mm_add_ps(sums4(acc01, acc23), off);
+        let o = &mut o[..4];
+        // SAFETY: `o` is 4 writable f32; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), sums) };
     }
+}
+
+/// The sums of the four 256-bit halves of `a` and `b`: `[Σa_lo, Σa_hi, Σb_lo, Σb_hi]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn sums4(a: __m512, b: __m512) -> __m128 {
+    let u = _mm256_hadd_ps(_mm512_castps512_ps256(a), upper(a));
+    let v = _mm256_hadd_ps(_mm512_castps512_ps256(b), upper(b));
+    let w = _mm256_hadd_ps(u, v);
+    _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps::<1>(w))
 }
 
 /// One weight block unpacked for [`rows_x4`]: `(u8 or |i8| lanes of the block in
