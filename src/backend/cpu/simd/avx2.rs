@@ -18,7 +18,7 @@ fn load16(b: &[u8; 16]) -> __m128i {
 /// 32 bytes as a vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn load32(b: &[i8; 32]) -> __m256i {
+pub(super) fn load32(b: &[i8; 32]) -> __m256i {
     // SAFETY: `b` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
 }
@@ -46,7 +46,7 @@ fn dot_u8_i8(a: __m256i, b: __m256i) -> __m256 {
 /// The two f16 in `b` as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn half2(b: [u8; 4]) -> (f32, f32) {
+pub(super) fn half2(b: [u8; 4]) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(b)));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
@@ -57,7 +57,7 @@ fn half2(b: [u8; 4]) -> (f32, f32) {
 /// iteration to the previous one (measured: Q4_0 prefill ×1.5 slower than Q4_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn half(b: [u8; 2]) -> f32 {
+pub(super) fn half(b: [u8; 2]) -> f32 {
     let bits = u32::from(u16::from_le_bytes(b));
     let v: __m128;
     // SAFETY: register-only instructions (no memory, no stack); F16C is enabled.
@@ -76,7 +76,7 @@ fn half(b: [u8; 2]) -> f32 {
 /// Sum of the 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -125,7 +125,7 @@ pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [BlockQ8]) {
 
 /// One unpacked weight block: `(u8 or |i8| lanes, sign source, scale, offset)`; its
 /// dot with an activation block is `scale·d_x·Σ lanes·sign(q_x) + offset·s_x`.
-type Unpacked = (__m256i, __m256i, f32, f32);
+pub(super) type Unpacked = (__m256i, __m256i, f32, f32);
 
 /// `lanes · (y, its signs flipped where the weight's are negative when SIGNED)`.
 #[inline]
@@ -213,7 +213,7 @@ fn rows_x4<B, const SIGNED: bool>(
 /// Q4_0: nibbles, scale `d`, offset `−8·d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q4_0(b: &BlockQ4_0) -> Unpacked {
+pub(super) fn unpack_q4_0(b: &BlockQ4_0) -> Unpacked {
     let d = half(b.d);
     (nibbles(&b.qs), _mm256_setzero_si256(), d, -8.0 * d)
 }
@@ -221,7 +221,7 @@ fn unpack_q4_0(b: &BlockQ4_0) -> Unpacked {
 /// Q4_1: nibbles, scale `d`, offset `m`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q4_1(b: &BlockQ4_1) -> Unpacked {
+pub(super) fn unpack_q4_1(b: &BlockQ4_1) -> Unpacked {
     let (d, m) = half2(b.dm);
     (nibbles(&b.qs), _mm256_setzero_si256(), d, m)
 }
@@ -229,7 +229,7 @@ fn unpack_q4_1(b: &BlockQ4_1) -> Unpacked {
 /// Q8_0: `|q|` with the signs of `q` moved onto the activations, scale `d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q8_0(b: &BlockQ8_0) -> Unpacked {
+pub(super) fn unpack_q8_0(b: &BlockQ8_0) -> Unpacked {
     let q = load32(&b.qs);
     (_mm256_sign_epi8(q, q), q, half(b.d), 0.0)
 }

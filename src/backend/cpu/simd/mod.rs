@@ -9,6 +9,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod scalar;
 #[cfg(test)]
 mod tests;
@@ -121,12 +123,32 @@ impl Table {
         })
     }
 
+    /// The AVX-512 VNNI table when this CPU supports it (and AVX2, whose helpers the
+    /// kernels share).
+    #[cfg(target_arch = "x86_64")]
+    fn avx512() -> Option<Table> {
+        let avx2 = Table::avx2()?;
+        let ok = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni");
+        ok.then_some(Table {
+            quantize: avx2.quantize,
+            q4_0: x86::vnni_q4_0,
+            q4_1: x86::vnni_q4_1,
+            q8_0: x86::vnni_q8_0,
+            q4_0_x4: x86::vnni_q4_0_x4,
+            q4_1_x4: x86::vnni_q4_1_x4,
+            q8_0_x4: x86::vnni_q8_0_x4,
+        })
+    }
+
     /// The best table for this CPU, chosen on first use.
     fn get() -> &'static Table {
         static TABLE: OnceLock<Table> = OnceLock::new();
         TABLE.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            if let Some(t) = Table::avx2() {
+            if let Some(t) = Table::avx512().or_else(Table::avx2) {
                 return t;
             }
             Table::SCALAR
@@ -134,34 +156,42 @@ impl Table {
     }
 }
 
-/// Safe entry points to the AVX2 kernels, installed only by [`Table::avx2`] after the
-/// features were detected.
+/// Safe entry points to the AVX2 and AVX-512 kernels, installed only by
+/// [`Table::avx2`] and [`Table::avx512`] after the features were detected.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{avx2, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4};
+    use super::{avx2, avx512, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4};
 
     pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8]) {
         // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
         unsafe { avx2::quantize_row(x, out) }
     }
 
-    /// Safe wrappers of `avx2::$f` for a table built after feature detection.
+    /// Safe wrappers of `$m::$f` (as `$name`) for a table built after feature detection.
     macro_rules! wrap {
-        ($($f:ident($b:ty, $x:ty $(, $stride:ident)?);)*) => {$(
-            pub(super) fn $f(w: &[$b], x: &[$x], out: &mut [f32] $(, $stride: usize)?) {
-                // SAFETY: as in `quantize`.
-                unsafe { avx2::$f(w, x, out $(, $stride)?) }
+        ($($name:ident = $m:ident::$f:ident($b:ty, $x:ty $(, $stride:ident)?);)*) => {$(
+            pub(super) fn $name(w: &[$b], x: &[$x], out: &mut [f32] $(, $stride: usize)?) {
+                // SAFETY: only reachable through a table built after detecting the
+                // features `$m` requires (avx2/fma/f16c, plus avx512f/bw/vl/vnni for
+                // `avx512`).
+                unsafe { $m::$f(w, x, out $(, $stride)?) }
             }
         )*};
     }
 
     wrap! {
-        q4_0(BlockQ4_0, BlockQ8);
-        q4_1(BlockQ4_1, BlockQ8);
-        q8_0(BlockQ8_0, BlockQ8);
-        q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
-        q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
-        q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
+        q4_0 = avx2::q4_0(BlockQ4_0, BlockQ8);
+        q4_1 = avx2::q4_1(BlockQ4_1, BlockQ8);
+        q8_0 = avx2::q8_0(BlockQ8_0, BlockQ8);
+        q4_0_x4 = avx2::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
+        q4_1_x4 = avx2::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
+        q8_0_x4 = avx2::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
+        vnni_q4_0 = avx512::q4_0(BlockQ4_0, BlockQ8);
+        vnni_q4_1 = avx512::q4_1(BlockQ4_1, BlockQ8);
+        vnni_q8_0 = avx512::q8_0(BlockQ8_0, BlockQ8);
+        vnni_q4_0_x4 = avx512::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
+        vnni_q4_1_x4 = avx512::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
+        vnni_q8_0_x4 = avx512::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
     }
 }
 

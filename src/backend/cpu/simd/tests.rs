@@ -40,6 +40,16 @@ fn simd_table() -> Option<Table> {
     None
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx512_table() -> Option<Table> {
+    Table::avx512()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_table() -> Option<Table> {
+    None
+}
+
 /// Runs `kind`'s kernels from table `t` over `rows` weight rows and the `xr` rows of
 /// `x` (`nb` blocks each): row by row when `xr` is 1, else interleaved by four with an
 /// output stride wider than the group (the gaps must stay untouched). Returns
@@ -106,16 +116,16 @@ fn quantize_round_trips_within_half_a_step() {
     }
 }
 
-#[test]
-fn dot_kernels_match_scalar_twins() {
-    let Some(simd) = simd_table() else { return };
+/// Every kernel of `simd` against its scalar twin over several block counts, odd
+/// weight-row counts and 1..5 or 17 activation rows.
+fn check_dot_kernels(simd: &Table) {
     for kind in [QuantKind::Q4_0, QuantKind::Q4_1, QuantKind::Q8_0] {
         for (nb, rows) in [(1, 3), (2, 5), (18, 7), (48, 2)] {
             let w = weights(kind, rows, nb, 10 + nb as u64);
             for xr in [1, 2, 3, 4, 5, 17] {
                 let x = quantized(&lcg(20 + xr as u64, xr * nb * QK));
                 let want = run(&Table::SCALAR, kind, &w, &x, xr, rows);
-                let got = run(&simd, kind, &w, &x, xr, rows);
+                let got = run(simd, kind, &w, &x, xr, rows);
                 for (g, s) in got.iter().zip(&want) {
                     // Only the summation order differs: f32 rounding, relative to size.
                     let ok = (g - s).abs() <= 1e-5 * (1.0 + s.abs());
@@ -134,6 +144,21 @@ fn dot_kernels_match_scalar_twins() {
             }
         }
     }
+}
+
+#[test]
+fn dot_kernels_match_scalar_twins() {
+    let Some(simd) = simd_table() else { return };
+    check_dot_kernels(&simd);
+}
+
+#[test]
+fn avx512_dot_kernels_match_scalar_twins() {
+    let Some(simd) = avx512_table() else {
+        println!("skipped: this CPU lacks AVX-512 F/BW/VL + VNNI (or AVX2/FMA/F16C)");
+        return;
+    };
+    check_dot_kernels(&simd);
 }
 
 #[test]
