@@ -11,6 +11,7 @@ mod stream;
 mod tests;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,12 +90,11 @@ fn backend(e: tokenizers::Error) -> TokenizerError {
 }
 
 /// A text tokenizer with llama.cpp-compatible special-token handling.
-#[derive(Clone)]
 pub struct Tokenizer {
-    /// Matches control tokens such as `<|im_start|>` in the input.
-    special: tokenizers::Tokenizer,
-    /// Treats control tokens in the input as plain text.
-    plain: tokenizers::Tokenizer,
+    /// The one vocabulary; whether control tokens written in the input become their ids
+    /// is a flag of `tokenizers`, set per call under the lock (a second copy of the
+    /// vocabulary for plain text would cost ~10 MB of resident memory).
+    inner: Mutex<tokenizers::Tokenizer>,
     /// Ids, added tokens included: cached, as `tokenizers` rebuilds its whole vocabulary
     /// map to count it (once per decoded token otherwise).
     vocab_size: usize,
@@ -102,6 +102,19 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+}
+
+impl Clone for Tokenizer {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Mutex::new(self.lock().clone()),
+            vocab_size: self.vocab_size,
+            bos: self.bos,
+            eos: self.eos,
+            add_bos: self.add_bos,
+            add_eos: self.add_eos,
+        }
+    }
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -156,7 +169,7 @@ impl Tokenizer {
         Ok(Self::assemble(special, bos, eos, add_bos, add_eos))
     }
 
-    /// Derives the plain-text twin and stores the special ids.
+    /// Stores the tokenizer with its special ids.
     fn assemble(
         special: tokenizers::Tokenizer,
         bos: Option<u32>,
@@ -164,12 +177,9 @@ impl Tokenizer {
         add_bos: bool,
         add_eos: bool,
     ) -> Self {
-        let mut plain = special.clone();
-        plain.set_encode_special_tokens(true);
         Self {
             vocab_size: special.get_vocab_size(true),
-            special,
-            plain,
+            inner: Mutex::new(special),
             bos,
             eos,
             add_bos: add_bos && bos.is_some(),
@@ -181,8 +191,11 @@ impl Tokenizer {
     /// `<|im_start|>`) become their ids; without, they are tokenized as plain text.
     /// BOS/EOS are added only when the vocabulary asks for it (`add_bos`/`add_eos`).
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
-        let tk = if special { &self.special } else { &self.plain };
-        let encoding = tk.encode(text, false).map_err(backend)?;
+        let encoding = {
+            let mut tk = self.lock();
+            tk.set_encode_special_tokens(!special);
+            tk.encode(text, false).map_err(backend)?
+        };
         let mut ids = Vec::with_capacity(encoding.len() + 2);
         ids.extend(self.bos.filter(|_| self.add_bos));
         ids.extend_from_slice(encoding.get_ids());
@@ -197,7 +210,15 @@ impl Tokenizer {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(TokenizerError::TokenOutOfRange { id, vocab_size });
         }
-        self.special.decode(ids, skip_special).map_err(backend)
+        self.lock().decode(ids, skip_special).map_err(backend)
+    }
+
+    /// The tokenizer; a panic elsewhere while it was held cannot corrupt it (every call
+    /// sets what it needs), so a poisoned lock is taken over.
+    fn lock(&self) -> std::sync::MutexGuard<'_, tokenizers::Tokenizer> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts an incremental decoder for streaming generated text.
