@@ -8,15 +8,18 @@ use crate::graph::{DType, Shape};
 use super::gguf::GgufFile;
 use super::llama::{TensorRole, WeightInfo};
 use super::safetensors::HfModel;
+use super::ModelError;
 
 /// The tensors of a GGUF file, named the GGUF way.
 pub struct GgufWeights(pub GgufFile);
 
+/// The tensors of a Hugging Face directory, named the HF way.
+pub struct HfWeights(pub HfModel);
+
 impl WeightInfo for GgufWeights {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
-        self.0
-            .tensor_info(&role.gguf_name())
-            .map(|t| (t.dtype, t.shape.clone()))
+        let t = self.0.tensor_info(&role.gguf_name())?;
+        Some((t.dtype, t.shape.clone()))
     }
 
     fn name(&self, role: TensorRole) -> String {
@@ -24,25 +27,10 @@ impl WeightInfo for GgufWeights {
     }
 }
 
-impl WeightSource for GgufWeights {
-    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
-        self.0
-            .tensor(name)
-            .map_err(|e| BackendError::WeightMismatch {
-                name: name.to_string(),
-                detail: e.to_string(),
-            })
-    }
-}
-
-/// The tensors of a Hugging Face directory, named the HF way.
-pub struct HfWeights(pub HfModel);
-
 impl WeightInfo for HfWeights {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
-        self.0
-            .tensor_meta(&role.hf_name())
-            .map(|t| (t.dtype, t.shape.clone()))
+        let t = self.0.tensor_meta(&role.hf_name())?;
+        Some((t.dtype, t.shape.clone()))
     }
 
     fn name(&self, role: TensorRole) -> String {
@@ -50,13 +38,22 @@ impl WeightInfo for HfWeights {
     }
 }
 
+impl WeightSource for GgufWeights {
+    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
+        self.0.tensor(name).map_err(|e| load_error(name, e))
+    }
+}
+
 impl WeightSource for HfWeights {
     fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
-        self.0
-            .tensor(name)
-            .map_err(|e| BackendError::WeightMismatch {
-                name: name.to_string(),
-                detail: e.to_string(),
-            })
+        self.0.tensor(name).map_err(|e| load_error(name, e))
+    }
+}
+
+/// A model-file error while loading weight `name`, as the weight store reports it.
+fn load_error(name: &str, e: ModelError) -> BackendError {
+    BackendError::WeightMismatch {
+        name: name.to_string(),
+        detail: e.to_string(),
     }
 }

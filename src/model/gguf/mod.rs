@@ -28,9 +28,9 @@ pub use tensor_info::{dtype_from_ggml, ggml_from_dtype, TensorInfo, MAX_DIMS};
 pub use value::{Array, Value};
 pub use writer::write_gguf;
 
-use super::mapped::map_file;
+use super::mapped::{map_file, mapped_tensor};
 use super::ModelError;
-use crate::backend::{HostTensor, SharedBytes};
+use crate::backend::HostTensor;
 use reader::Reader;
 
 /// The file's first four bytes.
@@ -155,13 +155,9 @@ impl GgufFile {
                 path: self.path.clone(),
                 name: name.to_owned(),
             })?;
-        let bad =
-            |detail: String| ModelError::format(&self.path, format!("tensor {name:?}: {detail}"));
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.map.clone();
+        let range = (self.data_start + info.offset, info.size);
         // `open` checked that the range lies inside the file.
-        let data = SharedBytes::new(owner, self.data_start + info.offset, info.size)
-            .ok_or_else(|| bad("out of bounds".into()))?;
-        HostTensor::new(info.dtype, info.shape.clone(), data).map_err(|e| bad(e.to_string()))
+        mapped_tensor(&self.path, &self.map, name, range, info.dtype, &info.shape)
     }
 }
 

@@ -3,6 +3,7 @@
 use half::f16;
 
 use super::*;
+use crate::backend::SharedBytes;
 use crate::graph::{DType, Shape};
 
 fn host(dtype: DType, dims: &[usize], bytes: Vec<u8>) -> HostTensor {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde::Deserialize;
 
-use crate::backend::{HostTensor, SharedBytes};
+use crate::backend::HostTensor;
 use crate::graph::{DType, Shape, MAX_RANK};
-use crate::model::mapped::map_file;
+use crate::model::mapped::{map_file, mapped_tensor};
 use crate::model::ModelError;
 
 /// Largest JSON header we accept, in bytes.
@@ -118,13 +118,9 @@ impl SafetensorsFile {
                 path: self.path.clone(),
                 name: name.to_owned(),
             })?;
-        let bad =
-            |detail: String| ModelError::format(&self.path, format!("tensor {name:?}: {detail}"));
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.map.clone();
+        let range = (self.data_start + meta.offset, meta.size);
         // `open` checked that the range lies inside the file.
-        let data = SharedBytes::new(owner, self.data_start + meta.offset, meta.size)
-            .ok_or_else(|| bad("out of bounds".into()))?;
-        HostTensor::new(meta.dtype, meta.shape.clone(), data).map_err(|e| bad(e.to_string()))
+        mapped_tensor(&self.path, &self.map, name, range, meta.dtype, &meta.shape)
     }
 }
 
