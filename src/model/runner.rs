@@ -29,6 +29,8 @@ pub struct Runner {
     weights: Arc<dyn ModelWeights>,
     model_fingerprint: u64,
     backends: BackendSet,
+    /// Fingerprint of `backends`, computed once: every step key carries it.
+    backends_fingerprint: u64,
     policy: Policy,
     store: WeightStore,
     cache: GraphCache<Executor>,
@@ -93,6 +95,7 @@ impl Runner {
             config,
             weights,
             model_fingerprint,
+            backends_fingerprint: backends.fingerprint(),
             backends,
             policy: Policy::default(),
             store,
@@ -195,7 +198,7 @@ impl Runner {
             model: self.model_fingerprint,
             phase,
             bucket: bucket as u32,
-            backends: self.backends.fingerprint(),
+            backends: self.backends_fingerprint,
         };
         let context = CompileContext {
             backends: &self.backends,

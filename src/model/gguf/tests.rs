@@ -209,13 +209,10 @@ fn writer_rejects_i32_tensors() {
     assert!(matches!(err, ModelError::Unsupported { .. }), "{err}");
 }
 
-/// Reads the model named by `SWITCHYARD_TEST_MODEL` (SmolLM2-135M-Instruct Q4_1).
+/// Reads the default model (SmolLM2-135M-Instruct Q4_1), fetched by the project's code.
 #[test]
-fn real_model_if_present() {
-    let Some(path) = std::env::var_os("SWITCHYARD_TEST_MODEL") else {
-        println!("SWITCHYARD_TEST_MODEL is unset; skipping the real-model check");
-        return;
-    };
+fn real_default_model() {
+    let path = crate::model::fetch::default_model_path(false).expect("fetching the default model");
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.architecture().unwrap(), "llama");
     assert_eq!(f.metadata().get_u32("llama.block_count").unwrap(), 30);
