@@ -263,6 +263,7 @@ impl CopyBackend {
             capability: Capability {
                 ops: OpSet::all(),
                 dtypes: DTypeSet::all(),
+                operand_dtypes: DTypeSet::default(),
                 max_dims: 4,
                 alignment: 1,
                 max_elements: 1 << 20,

@@ -165,6 +165,7 @@ fn capability(spec: &CapSpec, fallback: bool) -> Capability {
         } else {
             DTypeSet::of(&dtypes)
         },
+        operand_dtypes: DTypeSet::default(),
         max_dims: 8,
         alignment: if spec.align16 && !fallback { 16 } else { 1 },
         max_elements: if spec.small && !fallback {

@@ -294,7 +294,7 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             kv: Some(&mut kv),
         };
         let out = executor.run(&inputs, &mut state).unwrap();
-        let got = out[0].to_f32_vec();
+        let got = out[0].to_f32_vec().unwrap();
         for t in 0..n {
             let want = reference.step(&x[t * D..(t + 1) * D], kv_len + t);
             let diff = max_abs_diff(&got[t * D..(t + 1) * D], &want);

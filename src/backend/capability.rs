@@ -108,6 +108,11 @@ pub struct Capability {
     pub ops: OpSet,
     /// Dtypes it reads and writes, block formats included.
     pub dtypes: DTypeSet,
+    /// Further dtypes it reads only where its kernels expect them, never as
+    /// activations: a matmul's weight, an embedding's table and ids, rope's positions
+    /// (a GPU dequantizes Q4_0 weights and reads i32 ids without running any other op
+    /// on Q4_0 or i32 values).
+    pub operand_dtypes: DTypeSet,
     /// Largest rank of any operand.
     pub max_dims: u8,
     /// The innermost dimension of every operand must be a multiple of this (1 = any).
@@ -179,8 +184,15 @@ impl Capability {
                 .enumerate()
                 .map(|(i, v)| (format!("input {i}"), graph.node(*v))),
         );
-        for (role, operand) in operands {
-            if !self.dtypes.contains(operand.dtype) {
+        for (position, (role, operand)) in operands.enumerate() {
+            // Positions count the output as 0, so input i is position i + 1.
+            let special = matches!(
+                (kind, position),
+                (OpKind::MatMul, 2) | (OpKind::Embedding, 1 | 2) | (OpKind::Rope, 2)
+            );
+            let accepted = self.dtypes.contains(operand.dtype)
+                || (special && self.operand_dtypes.contains(operand.dtype));
+            if !accepted {
                 return Err(Refusal::DType {
                     role,
                     dtype: operand.dtype,
@@ -219,6 +231,7 @@ mod tests {
         Capability {
             ops: OpSet::of(&[OpKind::MatMul, OpKind::Silu]),
             dtypes: DTypeSet::of(&[DType::F32]),
+            operand_dtypes: DTypeSet::default(),
             max_dims: 4,
             alignment: 16,
             max_elements: 1 << 20,

@@ -7,6 +7,8 @@
 
 mod capability;
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -15,8 +17,11 @@ mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
 pub use set::BackendSet;
-pub use step::{KvCache, KvDType, KvLayout, KvRows, StepState};
-pub use tensor::{plain_bytes, AlignedBytes, HostTensor, ResidentWeight, SharedBytes, Tensor};
+pub use step::{DeviceKv, KvCache, KvDType, KvLayout, KvRows, StepState};
+pub use tensor::{
+    plain_bytes, AlignedBytes, DeviceBuffer, HostTensor, ResidentWeight, SharedBytes, Tensor,
+    TensorData,
+};
 
 use crate::graph::{BufferPlan, Graph, OpKind, ValueId};
 

@@ -11,7 +11,7 @@ use super::cpu::CpuBackend;
 use super::{
     AlignedBytes, Backend, BackendError, BackendId, Capability, CompiledPartition, CostHints,
     DTypeSet, HostTensor, MemorySpace, OpSet, PartitionSpec, ResidentWeight, SharedBytes,
-    StepState, Tensor, WeightProvider,
+    StepState, Tensor, TensorData, WeightProvider,
 };
 use crate::graph::{DType, OpKind, MAX_RANK};
 
@@ -56,6 +56,7 @@ impl SimBackend {
                 OpKind::Softmax,
             ]),
             dtypes: DTypeSet::of(&[DType::F32, DType::F16]),
+            operand_dtypes: DTypeSet::default(),
             max_dims: MAX_RANK as u8,
             alignment: 16,
             max_elements: 1 << 28,
@@ -194,7 +195,7 @@ impl Backend for SimBackend {
         }
         Ok(Tensor {
             space: self.capability.memory_space,
-            data: AlignedBytes::copy_from(host.data.as_bytes()),
+            data: TensorData::Host(AlignedBytes::copy_from(host.host_bytes()?.as_bytes())),
             ..host
         })
     }
@@ -203,7 +204,7 @@ impl Backend for SimBackend {
         self.check_space(tensor)?;
         Ok(Tensor {
             space: MemorySpace::HOST,
-            data: AlignedBytes::copy_from(tensor.data.as_bytes()),
+            data: TensorData::Host(AlignedBytes::copy_from(tensor.host_bytes()?.as_bytes())),
             ..tensor.clone()
         })
     }

@@ -1,9 +1,11 @@
 //! Per-step runtime state: what changes between calls of the same compiled executor.
 //! Keeping it out of shapes is what lets every decode step reuse one executor.
 
+use std::any::Any;
+
 use half::f16;
 
-use super::BackendError;
+use super::{BackendError, MemorySpace};
 
 /// Element type of a KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
@@ -69,6 +71,14 @@ impl KvRows {
         Ok(())
     }
 
+    /// Positions `0..len` of `width`-wide rows as `f32`.
+    pub fn read_f32(&self, len: usize, width: usize) -> Vec<f32> {
+        match self {
+            KvRows::F16(rows) => rows[..len * width].iter().map(|v| v.to_f32()).collect(),
+            KvRows::F32(rows) => rows[..len * width].to_vec(),
+        }
+    }
+
     fn bytes(&self) -> usize {
         match self {
             KvRows::F16(rows) => rows.len() * 2,
@@ -77,13 +87,42 @@ impl KvRows {
     }
 }
 
-/// One sequence's keys and values in host memory. Owned by the sequence, not by any
-/// executor.
-#[derive(Clone, Debug)]
+/// A device's copy of a sequence's KV cache, kept inside the [`KvCache`] so that it
+/// lives exactly as long as the sequence and every executor of it (prefill buckets,
+/// decode) reads the same rows.
+pub trait DeviceKv: Send + Sync + std::fmt::Debug {
+    /// The device's memory space.
+    fn space(&self) -> MemorySpace;
+    /// Copies positions `0..len` of `layer` from the device into the host rows.
+    fn download(
+        &self,
+        layer: usize,
+        len: usize,
+        keys: &mut KvRows,
+        values: &mut KvRows,
+    ) -> Result<(), BackendError>;
+    /// Device bytes held.
+    fn bytes(&self) -> usize;
+    /// The concrete type, for the backend that made it.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What [`KvCache::device_layer`] returns: the device copy, and the host keys and
+/// values to upload first when the host held the newest rows of the layer.
+pub type DeviceLayer<'a> = (&'a dyn DeviceKv, Option<(&'a KvRows, &'a KvRows)>);
+
+/// One sequence's keys and values. The host rows always exist; a device that runs
+/// attention keeps its own copy, and each layer records which space holds its newest
+/// rows, so a layer whose attention moves between backends (a prefill plan and a decode
+/// plan may differ) is copied across once instead of being read stale. Owned by the
+/// sequence, not by any executor.
+#[derive(Debug)]
 pub struct KvCache {
     layout: KvLayout,
     keys: Vec<KvRows>,
     values: Vec<KvRows>,
+    home: Vec<MemorySpace>,
+    device: Option<Box<dyn DeviceKv>>,
 }
 
 impl KvCache {
@@ -99,6 +138,8 @@ impl KvCache {
             layout,
             keys: layers(),
             values: layers(),
+            home: vec![MemorySpace::HOST; layout.n_layers],
+            device: None,
         }
     }
 
@@ -107,24 +148,72 @@ impl KvCache {
         self.layout
     }
 
-    /// Keys and values of `layer`, mutably, or an error naming the layer.
-    pub fn layer_mut(&mut self, layer: usize) -> Result<(&mut KvRows, &mut KvRows), BackendError> {
-        match (self.keys.get_mut(layer), self.values.get_mut(layer)) {
-            (Some(k), Some(v)) => Ok((k, v)),
-            _ => Err(BackendError::KvCache(format!(
-                "layer {layer} does not exist (cache has {})",
-                self.layout.n_layers
-            ))),
+    /// Host keys and values of `layer`, mutably, with positions `0..valid` brought
+    /// back from the device first when the device holds the newest rows.
+    pub fn layer_mut(
+        &mut self,
+        layer: usize,
+        valid: usize,
+    ) -> Result<(&mut KvRows, &mut KvRows), BackendError> {
+        self.check_layer(layer)?;
+        let (keys, values) = (&mut self.keys[layer], &mut self.values[layer]);
+        if self.home[layer] != MemorySpace::HOST {
+            let device = self.device.as_deref().ok_or_else(|| {
+                BackendError::KvCache(format!("layer {layer} lives on a device that is gone"))
+            })?;
+            device.download(layer, valid, keys, values)?;
+            self.home[layer] = MemorySpace::HOST;
         }
+        Ok((keys, values))
     }
 
-    /// Bytes held.
+    /// The device copy in `space` for attention on `layer`, created by `make` on first
+    /// use. Also returns the host rows when the host holds the newest ones for this
+    /// layer, which the caller must upload (positions `0..kv_len`) before use; the
+    /// layer then counts as living on the device.
+    pub fn device_layer(
+        &mut self,
+        space: MemorySpace,
+        layer: usize,
+        make: impl FnOnce(KvLayout) -> Result<Box<dyn DeviceKv>, BackendError>,
+    ) -> Result<DeviceLayer<'_>, BackendError> {
+        self.check_layer(layer)?;
+        match &self.device {
+            Some(d) if d.space() != space => {
+                return Err(BackendError::KvCache(format!(
+                    "the cache already has a device copy in {:?}; a second device ({space:?}) is not supported",
+                    d.space()
+                )))
+            }
+            Some(_) => {}
+            None => self.device = Some(make(self.layout)?),
+        }
+        let stale = self.home[layer] != space;
+        self.home[layer] = space;
+        let device = self.device.as_deref().expect("created above");
+        let host = stale.then(|| (&self.keys[layer], &self.values[layer]));
+        Ok((device, host))
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<(), BackendError> {
+        if layer >= self.layout.n_layers {
+            return Err(BackendError::KvCache(format!(
+                "layer {layer} does not exist (cache has {})",
+                self.layout.n_layers
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes held, host rows and any device copy.
     pub fn bytes(&self) -> usize {
-        self.keys
+        let host: usize = self
+            .keys
             .iter()
             .chain(&self.values)
             .map(KvRows::bytes)
-            .sum()
+            .sum();
+        host + self.device.as_ref().map_or(0, |d| d.bytes())
     }
 }
 

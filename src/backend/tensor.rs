@@ -64,6 +64,52 @@ impl AlignedBytes {
     }
 }
 
+/// A buffer in a device's memory space. Only the backend that made it knows the
+/// concrete type inside; the executor just carries it between partitions.
+#[derive(Clone)]
+pub struct DeviceBuffer {
+    /// Bytes of the value (the allocation may be larger).
+    pub bytes: usize,
+    /// The backend-specific buffer.
+    pub handle: Arc<dyn Any + Send + Sync>,
+}
+
+impl PartialEq for DeviceBuffer {
+    fn eq(&self, other: &DeviceBuffer) -> bool {
+        self.bytes == other.bytes && Arc::ptr_eq(&self.handle, &other.handle)
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({} bytes)", self.bytes)
+    }
+}
+
+/// Where a tensor's elements are: host bytes, or a buffer only its device can read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    /// Host memory (the CPU's and the `sim` backend's spaces).
+    Host(AlignedBytes),
+    /// A device buffer (the GPU's space); [`Backend::export`](super::Backend::export) reads it back.
+    Device(DeviceBuffer),
+}
+
+impl TensorData {
+    /// Byte length of the value.
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::Host(bytes) => bytes.len(),
+            TensorData::Device(buffer) => buffer.bytes,
+        }
+    }
+
+    /// Whether the value has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A dense activation value in some memory space.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
@@ -74,7 +120,7 @@ pub struct Tensor {
     /// Which memory space holds `data`.
     pub space: MemorySpace,
     /// The elements.
-    pub data: AlignedBytes,
+    pub data: TensorData,
 }
 
 impl Tensor {
@@ -96,7 +142,7 @@ impl Tensor {
             dtype,
             shape,
             space: MemorySpace::HOST,
-            data: AlignedBytes::zeroed(len),
+            data: TensorData::Host(AlignedBytes::zeroed(len)),
         })
     }
 
@@ -115,24 +161,35 @@ impl Tensor {
             dtype,
             shape,
             space: MemorySpace::HOST,
-            data: AlignedBytes::copy_from(bytemuck::cast_slice(values)),
+            data: TensorData::Host(AlignedBytes::copy_from(bytemuck::cast_slice(values))),
         })
     }
 
-    /// The values as `f32`, converting from f16/bf16/i32.
-    pub fn to_f32_vec(&self) -> Vec<f32> {
-        match self.dtype {
-            DType::F32 => self.data.view::<f32>().to_vec(),
-            DType::F16 => self.data.view::<f16>().iter().map(|v| v.to_f32()).collect(),
-            DType::BF16 => self
-                .data
-                .view::<bf16>()
-                .iter()
-                .map(|v| v.to_f32())
-                .collect(),
-            DType::I32 => self.data.view::<i32>().iter().map(|&v| v as f32).collect(),
-            _ => unreachable!("activations are never block formats"),
+    /// The host bytes, or an error when the tensor lives on a device.
+    pub fn host_bytes(&self) -> Result<&AlignedBytes, BackendError> {
+        match &self.data {
+            TensorData::Host(bytes) => Ok(bytes),
+            TensorData::Device(_) => Err(BackendError::Input(format!(
+                "a {} {} tensor is in device space {:?}; export it to the host first",
+                self.dtype, self.shape, self.space
+            ))),
         }
+    }
+
+    /// The values as `f32`, converting from f16/bf16/i32 (host tensors only).
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>, BackendError> {
+        let data = self.host_bytes()?;
+        Ok(match self.dtype {
+            DType::F32 => data.view::<f32>().to_vec(),
+            DType::F16 => data.view::<f16>().iter().map(|v| v.to_f32()).collect(),
+            DType::BF16 => data.view::<bf16>().iter().map(|v| v.to_f32()).collect(),
+            DType::I32 => data.view::<i32>().iter().map(|&v| v as f32).collect(),
+            other => {
+                return Err(BackendError::Input(format!(
+                    "activations are never block formats ({other})"
+                )))
+            }
+        })
     }
 
     /// This tensor converted to `dtype` (host-side; used by transfers and casts).
@@ -142,7 +199,7 @@ impl Tensor {
         }
         let len = plain_bytes(dtype, &self.shape)?;
         let mut data = AlignedBytes::zeroed(len);
-        let values = self.to_f32_vec();
+        let values = self.to_f32_vec()?;
         match dtype {
             DType::F32 => data.view_mut::<f32>().copy_from_slice(&values),
             DType::F16 => data
@@ -166,7 +223,7 @@ impl Tensor {
             dtype,
             shape: self.shape.clone(),
             space: self.space,
-            data,
+            data: TensorData::Host(data),
         })
     }
 }

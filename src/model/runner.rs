@@ -233,6 +233,6 @@ impl Runner {
         };
         let outputs = executor.run(&step_inputs, &mut state)?;
         seq.len += chunk.len();
-        Ok(outputs[0].to_f32_vec())
+        Ok(outputs[0].to_f32_vec()?)
     }
 }

@@ -96,6 +96,7 @@ mod tests {
         Capability {
             ops: OpSet::all(),
             dtypes: DTypeSet::all(),
+            operand_dtypes: DTypeSet::default(),
             max_dims: 8,
             alignment: 1,
             max_elements: usize::MAX,

@@ -174,7 +174,7 @@ fn build(
                 let to_dtype = lookup(backends, *b).map_or(src.dtype, |cap| {
                     [src.dtype, DType::F32, DType::F16, DType::BF16]
                         .into_iter()
-                        .find(|&d| cap.dtypes.contains(d))
+                        .find(|&d| cap.dtypes.contains(d) || cap.operand_dtypes.contains(d))
                         .unwrap_or(src.dtype)
                 });
                 let node = Node {

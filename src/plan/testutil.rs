@@ -8,6 +8,7 @@ pub(super) fn cap(ops: Option<&[OpKind]>, priority: u8, space: u8) -> Capability
     Capability {
         ops: ops.map_or_else(OpSet::all, OpSet::of),
         dtypes: DTypeSet::all(),
+        operand_dtypes: DTypeSet::default(),
         max_dims: 8,
         alignment: 1,
         max_elements: usize::MAX,

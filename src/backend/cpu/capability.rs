@@ -8,6 +8,7 @@ pub(super) fn detect(threads: usize) -> Capability {
     Capability {
         ops: OpSet::all(),
         dtypes: DTypeSet::all(),
+        operand_dtypes: DTypeSet::default(),
         max_dims: MAX_RANK as u8,
         alignment: 1,
         max_elements: usize::MAX,

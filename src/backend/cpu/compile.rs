@@ -9,7 +9,7 @@ use super::dispatch::run_node;
 use super::view::View;
 use crate::backend::{
     AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, PartitionSpec,
-    Refusal, StepState, Tensor, WeightProvider,
+    Refusal, StepState, Tensor, TensorData, WeightProvider,
 };
 use crate::graph::{DType, Node, Op, Shape, ValueId};
 
@@ -180,6 +180,7 @@ impl CpuPartition {
         }
         for (i, (t, want)) in inputs.iter().zip(&self.inputs).enumerate() {
             if t.space != MemorySpace::HOST
+                || !matches!(t.data, TensorData::Host(_))
                 || t.dtype != want.dtype
                 || t.shape != want.shape
                 || t.data.len() != want.bytes
@@ -236,7 +237,7 @@ impl CompiledPartition for CpuPartition {
                 dtype: o.dtype,
                 shape: o.shape.clone(),
                 space: MemorySpace::HOST,
-                data: AlignedBytes::copy_from(view(o, inputs, slots).bytes),
+                data: TensorData::Host(AlignedBytes::copy_from(view(o, inputs, slots).bytes)),
             })
             .collect())
     }
@@ -249,7 +250,10 @@ impl CompiledPartition for CpuPartition {
 /// The bytes behind operand `o`.
 fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) -> View<'a> {
     let bytes = match &o.source {
-        Source::Input(i) => inputs[*i].data.as_bytes(),
+        Source::Input(i) => match &inputs[*i].data {
+            TensorData::Host(bytes) => bytes.as_bytes(),
+            TensorData::Device(_) => unreachable!("check_inputs admits host tensors only"),
+        },
         Source::Slot(s) => &slots[*s].as_bytes()[..o.bytes],
         Source::Weight(w) => w.data.as_bytes(),
     };

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::{
     Backend, BackendError, BackendId, Capability, CompiledPartition, HostTensor, MemorySpace,
-    PartitionSpec, ResidentWeight, Tensor, WeightProvider,
+    PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
 };
 
 /// The host CPU backend. Weights stay where the loader put them (zero-copy upload).
@@ -119,7 +119,7 @@ impl Backend for CpuBackend {
 
 /// An input error unless `tensor` lives in host memory.
 fn check_host(tensor: &Tensor) -> Result<(), BackendError> {
-    if tensor.space != MemorySpace::HOST {
+    if tensor.space != MemorySpace::HOST || !matches!(tensor.data, TensorData::Host(_)) {
         return Err(BackendError::Input(format!(
             "tensor in memory space {:?} is not host memory",
             tensor.space

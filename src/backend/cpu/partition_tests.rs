@@ -107,7 +107,7 @@ fn mlp_block_matches_hand_computation() {
     let input = Tensor::from_f32([n, d], &xs).unwrap();
     let outs = part.run(&[&input], &mut StepState::stateless()).unwrap();
     assert_eq!(outs[0].dtype, DType::F16);
-    let (got_act, got_y) = (outs[0].to_f32_vec(), outs[1].to_f32_vec());
+    let (got_act, got_y) = (outs[0].to_f32_vec().unwrap(), outs[1].to_f32_vec().unwrap());
     let nw = [1.0f32, 0.5, 2.0, -1.0];
     let wrow: Vec<f32> = (0..32).map(|j| (j as f32 - 16.0) * 0.125).collect();
     for t in 0..n {
@@ -169,14 +169,19 @@ fn attention_partition_decodes_with_cache_and_validates_inputs() {
     let first = part.run(&[&qt, &v0, &p0], &mut state).unwrap();
     // One cached position: the output is that position's value for every head.
     assert_eq!(
-        first[0].to_f32_vec(),
+        first[0].to_f32_vec().unwrap(),
         [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
     );
     state.kv_len = 1;
     let p1 = Tensor::from_i32([1], &[1]).unwrap();
-    let second = part.run(&[&qt, &v1, &p1], &mut state).unwrap()[0].to_f32_vec();
+    let second = part.run(&[&qt, &v1, &p1], &mut state).unwrap()[0]
+        .to_f32_vec()
+        .unwrap();
     for (i, &got) in second.iter().enumerate() {
-        let (a, c) = (v0.to_f32_vec()[i % dh], v1.to_f32_vec()[i % dh]);
+        let (a, c) = (
+            v0.to_f32_vec().unwrap()[i % dh],
+            v1.to_f32_vec().unwrap()[i % dh],
+        );
         assert!(
             got > a.min(c) - 1e-6 && got < a.max(c) + 1e-6,
             "not a mix of the two values"

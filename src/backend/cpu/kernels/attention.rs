@@ -68,7 +68,7 @@ pub(crate) fn attention(
             layout.capacity
         )));
     }
-    let (keys, values) = cache.layer_mut(p.layer)?;
+    let (keys, values) = cache.layer_mut(p.layer, kv_len)?;
     keys.write(kv_len * kv_width, k)?;
     values.write(kv_len * kv_width, v)?;
     let (keys, values) = (Rows::of(keys), Rows::of(values));

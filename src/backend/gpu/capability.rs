@@ -1,0 +1,79 @@
+//! The GPU's capability, built from what the adapter reports: the ops it has kernels
+//! for, f32 activations with block-format, f16 and i32 operands read in place, size
+//! limits from the adapter's buffer limits, and cost hints by device type.
+
+use super::device::Gpu;
+use super::GPU_SPACE;
+use crate::backend::{Capability, CostHints, DTypeSet, OpSet};
+use crate::graph::{DType, OpKind, MAX_RANK};
+
+/// Ops with WGSL kernels.
+pub(super) const OPS: [OpKind; 12] = [
+    OpKind::Embedding,
+    OpKind::MatMul,
+    OpKind::Add,
+    OpKind::Mul,
+    OpKind::Silu,
+    OpKind::Gelu,
+    OpKind::SwiGlu,
+    OpKind::RmsNorm,
+    OpKind::Softmax,
+    OpKind::Rope,
+    OpKind::Attention,
+    OpKind::Reshape,
+];
+
+/// What the opened adapter can run.
+pub(super) fn detect(gpu: &Gpu) -> Capability {
+    let info = &gpu.info;
+    let limit = gpu
+        .limits
+        .max_storage_buffer_binding_size
+        .min(gpu.limits.max_buffer_size);
+    let cost = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => hints(10_000.0, 500.0, 10.0, 16.0),
+        wgpu::DeviceType::IntegratedGpu => hints(2_000.0, 100.0, 10.0, 50.0),
+        wgpu::DeviceType::Cpu => hints(1.0, 5.0, 50.0, 5.0),
+        _ => hints(1_000.0, 100.0, 10.0, 16.0),
+    };
+    let features = [
+        (wgpu::Features::SHADER_F16, "shader-f16"),
+        (wgpu::Features::SUBGROUP, "subgroup"),
+    ]
+    .iter()
+    .filter(|(f, _)| gpu.features.contains(*f))
+    .map(|(_, name)| *name)
+    .collect::<Vec<_>>()
+    .join(",");
+    Capability {
+        ops: OpSet::of(&OPS),
+        dtypes: DTypeSet::of(&[DType::F32]),
+        operand_dtypes: DTypeSet::of(&[
+            DType::I32,
+            DType::F16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+        ]),
+        max_dims: MAX_RANK as u8,
+        alignment: 1,
+        max_elements: usize::try_from(limit / 4).unwrap_or(usize::MAX),
+        priority: 20,
+        memory_space: GPU_SPACE,
+        version: format!(
+            "{} ({:?}, {:?}, driver {} {}) features [{features}]",
+            info.name, info.backend, info.device_type, info.driver, info.driver_info
+        ),
+        cost,
+    }
+}
+
+fn hints(gflops: f32, bandwidth_gbs: f32, launch_us: f32, transfer_gbs: f32) -> CostHints {
+    CostHints {
+        gflops,
+        bandwidth_gbs,
+        launch_us,
+        transfer_gbs,
+        transfer_us: 20.0,
+    }
+}

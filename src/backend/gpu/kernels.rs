@@ -1,0 +1,115 @@
+//! WGSL sources of the GPU kernels, assembled per weight format and op. Each kernel
+//! has one entry point `main`, a uniform of parameters at binding 0 and its buffers
+//! after it; the Rust side of each lives in `record.rs`.
+
+use crate::graph::DType;
+
+/// The name and WGSL source of one pipeline.
+pub(super) struct Source {
+    pub name: String,
+    pub wgsl: String,
+}
+
+const MATMUL_HEAD: &str = include_str!("shaders/matmul_head.wgsl");
+const MATMUL_BLOCKS: &str = include_str!("shaders/matmul_blocks.wgsl");
+const MATMUL_DENSE: &str = include_str!("shaders/matmul_dense.wgsl");
+const EMBEDDING: &str = include_str!("shaders/embedding.wgsl");
+const UNARY: &str = include_str!("shaders/unary.wgsl");
+const BINARY: &str = include_str!("shaders/binary.wgsl");
+/// RMS normalisation, one workgroup per row.
+pub(super) const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
+/// Softmax over rows, plain or causal (attention scores).
+pub(super) const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
+/// Rotary position embedding.
+pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
+/// Appends a step's keys and values to a cache layer.
+pub(super) const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
+/// Attention scores of every query against the cached keys.
+pub(super) const ATTN_SCORES: &str = include_str!("shaders/attn_scores.wgsl");
+/// Attention output: probabilities times cached values.
+pub(super) const ATTN_VALUES: &str = include_str!("shaders/attn_values.wgsl");
+
+/// The WGSL element type of a weight buffer and the snippet that reads it.
+fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
+    Some(match dtype {
+        DType::F32 => ("f32", include_str!("shaders/format_f32.wgsl")),
+        DType::F16 => ("u32", include_str!("shaders/format_f16.wgsl")),
+        DType::Q4_0 => ("u32", include_str!("shaders/format_q4_0.wgsl")),
+        DType::Q4_1 => ("u32", include_str!("shaders/format_q4_1.wgsl")),
+        DType::Q8_0 => ("u32", include_str!("shaders/format_q8_0.wgsl")),
+        _ => return None,
+    })
+}
+
+/// Matrix product against a weight of `dtype`, or `None` when there is no kernel.
+pub(super) fn matmul(dtype: DType) -> Option<Source> {
+    let (word, reader) = format(dtype)?;
+    let body = if dtype.is_quantized() {
+        MATMUL_BLOCKS
+    } else {
+        MATMUL_DENSE
+    };
+    Some(Source {
+        name: format!("matmul/{dtype}"),
+        wgsl: [
+            MATMUL_HEAD.replace("WORD", word),
+            reader.into(),
+            body.into(),
+        ]
+        .join("\n"),
+    })
+}
+
+/// Row lookup in a table of `dtype`, or `None` when there is no kernel.
+pub(super) fn embedding(dtype: DType) -> Option<Source> {
+    let (word, reader) = format(dtype)?;
+    Some(Source {
+        name: format!("embedding/{dtype}"),
+        wgsl: [EMBEDDING.replace("WORD", word), reader.into()].join("\n"),
+    })
+}
+
+/// One-input element-wise ops.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Unary {
+    Silu,
+    Gelu,
+    Copy,
+}
+
+/// Two-input element-wise ops.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Binary {
+    Add,
+    Mul,
+    SwiGlu,
+}
+
+/// The kernel for a unary op.
+pub(super) fn unary(op: Unary) -> Source {
+    let (name, expr) = match op {
+        Unary::Silu => ("silu", "v / (1.0 + exp(-v))"),
+        Unary::Gelu => (
+            "gelu",
+            "0.5 * v * (1.0 + tanh(0.7978845608 * (v + 0.044715 * v * v * v)))",
+        ),
+        Unary::Copy => ("copy", "v"),
+    };
+    Source {
+        name: format!("unary/{name}"),
+        wgsl: UNARY.replace("EXPR", expr),
+    }
+}
+
+/// The kernel for a binary op.
+pub(super) fn binary(op: Binary) -> Source {
+    let (name, expr) = match op {
+        Binary::Add => ("add", "u + v"),
+        Binary::Mul => ("mul", "u * v"),
+        Binary::SwiGlu => ("swiglu", "u / (1.0 + exp(-u)) * v"),
+    };
+    Source {
+        name: format!("binary/{name}"),
+        wgsl: BINARY.replace("EXPR", expr),
+    }
+}

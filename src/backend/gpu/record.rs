@@ -1,0 +1,281 @@
+//! Recording: each graph node becomes a fixed list of dispatches (pipeline, bind group
+//! with its own parameter uniform, workgroup counts) built once at compile time. A run
+//! replays the list; only the step uniform and the inputs change.
+
+use std::sync::Arc;
+
+use super::device::Gpu;
+use super::kernels::{self, Binary, Source, Unary};
+use crate::backend::BackendError;
+use crate::graph::{DType, Node, Op, RopeMode, Shape, ValueId};
+
+/// One recorded compute dispatch.
+pub(super) struct Dispatch {
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub groups: [u32; 3],
+}
+
+/// A node operand on the GPU: its buffer and what it holds.
+#[derive(Clone)]
+pub(super) struct Operand {
+    pub buffer: wgpu::Buffer,
+    pub dtype: DType,
+    pub shape: Shape,
+}
+
+/// Threads per workgroup of the element-wise kernels.
+const ELEMENTWISE: u32 = 256;
+
+/// Builds one dispatch of `source` with `params` at binding 0 and `buffers` after it.
+pub(super) fn dispatch(
+    gpu: &Gpu,
+    source: &Source,
+    params: &[u32],
+    buffers: &[&wgpu::Buffer],
+    groups: [u32; 3],
+) -> Result<Dispatch, BackendError> {
+    let pipeline = gpu.pipeline(&source.name, &source.wgsl)?;
+    let limit = gpu.limits.max_compute_workgroups_per_dimension;
+    if groups.iter().any(|&g| g > limit) {
+        return Err(BackendError::Device(format!(
+            "{} needs {groups:?} workgroups; the adapter allows {limit} per dimension",
+            source.name
+        )));
+    }
+    let uniform = gpu.uniform(&source.name, params);
+    let bind_group = gpu.checked(&source.name, || {
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        entries.extend(
+            buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.as_entire_binding(),
+                }),
+        );
+        gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&source.name),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    })?;
+    Ok(Dispatch {
+        pipeline,
+        bind_group,
+        groups,
+    })
+}
+
+/// Splits `groups` workgroups over x and y so neither exceeds the adapter's limit;
+/// kernels rebuild the flat index as `y · groups_x + x`.
+pub(super) fn fold(gpu: &Gpu, groups: u32) -> (u32, u32) {
+    let limit = gpu.limits.max_compute_workgroups_per_dimension.max(1);
+    let x = groups.clamp(1, limit);
+    (x, groups.div_ceil(x).max(1))
+}
+
+/// A `u32` kernel parameter, or an error when `value` does not fit.
+pub(super) fn word(what: &str, value: usize) -> Result<u32, BackendError> {
+    u32::try_from(value).map_err(|_| {
+        BackendError::Device(format!("{what} = {value} exceeds the GPU's 32-bit indices"))
+    })
+}
+
+/// Dispatches of an element-wise kernel over `len` elements.
+fn elementwise(
+    gpu: &Gpu,
+    source: &Source,
+    len: usize,
+    extra: &[u32],
+    buffers: &[&wgpu::Buffer],
+) -> Result<Dispatch, BackendError> {
+    let len = word("elements", len)?;
+    let (gx, gy) = fold(gpu, len.div_ceil(ELEMENTWISE));
+    let mut params = vec![len, gx];
+    params.extend_from_slice(extra);
+    dispatch(gpu, source, &params, buffers, [gx, gy, 1])
+}
+
+/// The dispatches computing `node` (every op but attention) from `ops` into `out`.
+pub(super) fn record_node(
+    gpu: &Gpu,
+    id: ValueId,
+    node: &Node,
+    ops: &[Operand],
+    out: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>, BackendError> {
+    let arg = |i: usize| {
+        ops.get(i).ok_or_else(|| {
+            BackendError::Input(format!("node {id} ({}) lacks operand {i}", node.op.kind()))
+        })
+    };
+    let unsupported =
+        |detail: String| BackendError::Input(format!("node {id} ({}): {detail}", node.op.kind()));
+    let numel = node.shape.numel();
+    Ok(match &node.op {
+        Op::MatMul => {
+            let (x, w) = (arg(0)?, arg(1)?);
+            let (n, k) = (w.shape.dims()[0], w.shape.last());
+            if w.dtype.is_quantized() && k % 32 != 0 {
+                return Err(unsupported(format!(
+                    "{} rows of {k} are not whole blocks",
+                    w.dtype
+                )));
+            }
+            let source = kernels::matmul(w.dtype)
+                .ok_or_else(|| unsupported(format!("no matmul kernel for {}", w.dtype)))?;
+            let m = x.shape.numel() / k.max(1);
+            let (gx, gy) = fold(gpu, word("matmul columns", n)?);
+            let params = [word("rows", m)?, word("columns", n)?, word("k", k)?, gx];
+            let groups = [gx, gy, word("row blocks", m.div_ceil(8))?];
+            vec![dispatch(
+                gpu,
+                &source,
+                &params,
+                &[&x.buffer, &w.buffer, out],
+                groups,
+            )?]
+        }
+        Op::Embedding => {
+            let (table, ids) = (arg(0)?, arg(1)?);
+            let (rows, d) = (table.shape.dims()[0], table.shape.last());
+            let source = kernels::embedding(table.dtype)
+                .ok_or_else(|| unsupported(format!("no embedding kernel for {}", table.dtype)))?;
+            let n = word("ids", ids.shape.numel())?;
+            let (gx, gy) = fold(gpu, word("elements", numel)?.div_ceil(ELEMENTWISE));
+            let params = [n, word("width", d)?, word("table rows", rows)?, gx];
+            vec![dispatch(
+                gpu,
+                &source,
+                &params,
+                &[&table.buffer, &ids.buffer, out],
+                [gx, gy, 1],
+            )?]
+        }
+        Op::Add | Op::Mul | Op::SwiGlu => {
+            let (a, b) = (arg(0)?, arg(1)?);
+            let len_b = b.shape.numel();
+            if len_b == 0 || !numel.is_multiple_of(len_b) {
+                return Err(unsupported(format!(
+                    "{} does not broadcast over {}",
+                    b.shape, a.shape
+                )));
+            }
+            let op = match node.op {
+                Op::Add => Binary::Add,
+                Op::Mul => Binary::Mul,
+                _ => Binary::SwiGlu,
+            };
+            let extra = [word("broadcast length", len_b)?];
+            vec![elementwise(
+                gpu,
+                &kernels::binary(op),
+                numel,
+                &extra,
+                &[&a.buffer, &b.buffer, out],
+            )?]
+        }
+        Op::Silu | Op::Gelu | Op::Reshape => {
+            let op = match node.op {
+                Op::Silu => Unary::Silu,
+                Op::Gelu => Unary::Gelu,
+                _ => Unary::Copy,
+            };
+            vec![elementwise(
+                gpu,
+                &kernels::unary(op),
+                numel,
+                &[],
+                &[&arg(0)?.buffer, out],
+            )?]
+        }
+        Op::RmsNorm { eps } => {
+            let (x, w) = (arg(0)?, arg(1)?);
+            let d = x.shape.last();
+            let rows = word("rows", x.shape.numel() / d.max(1))?;
+            let source = Source {
+                name: "rms_norm".into(),
+                wgsl: kernels::RMS_NORM.into(),
+            };
+            let params = [word("width", d)?, eps.to_bits()];
+            vec![dispatch(
+                gpu,
+                &source,
+                &params,
+                &[&x.buffer, &w.buffer, out],
+                [rows, 1, 1],
+            )?]
+        }
+        Op::Rope {
+            mode,
+            n_rot,
+            freq_base,
+            freq_scale,
+        } => {
+            let (x, positions) = (arg(0)?, arg(1)?);
+            let dims = x.shape.dims();
+            if dims.len() != 3 || positions.shape.numel() != dims[0] {
+                return Err(unsupported(format!(
+                    "x {} with positions {}",
+                    x.shape, positions.shape
+                )));
+            }
+            let extra = [
+                word("head dim", dims[2])?,
+                word("token width", dims[1] * dims[2])?,
+                *n_rot,
+                u32::from(*mode == RopeMode::Neox),
+                freq_base.to_bits(),
+                freq_scale.to_bits(),
+            ];
+            let source = Source {
+                name: "rope".into(),
+                wgsl: kernels::ROPE.into(),
+            };
+            vec![elementwise(
+                gpu,
+                &source,
+                numel,
+                &extra,
+                &[&x.buffer, &positions.buffer, out],
+            )?]
+        }
+        other => {
+            return Err(unsupported(format!(
+                "the GPU backend does not record {}",
+                other.kind()
+            )))
+        }
+    })
+}
+
+/// Softmax over the last axis of `x` into `out`: a copy, then the in-place row kernel.
+pub(super) fn record_softmax(
+    gpu: &Gpu,
+    x: &Operand,
+    out: &wgpu::Buffer,
+    step: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>, BackendError> {
+    let width = x.shape.last();
+    let rows = word("rows", x.shape.numel() / width.max(1))?;
+    let copy = elementwise(
+        gpu,
+        &kernels::unary(Unary::Copy),
+        x.shape.numel(),
+        &[],
+        &[&x.buffer, out],
+    )?;
+    let (gx, gy) = fold(gpu, rows);
+    let source = Source {
+        name: "softmax".into(),
+        wgsl: kernels::SOFTMAX.into(),
+    };
+    let params = [word("width", width)?, word("width", width)?, 0, gx, rows];
+    let rows_kernel = dispatch(gpu, &source, &params, &[step, out], [gx, gy, 1])?;
+    Ok(vec![copy, rows_kernel])
+}

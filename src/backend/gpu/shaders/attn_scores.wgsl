@@ -1,0 +1,37 @@
+// scores[t, h, j] = scale * q[t, h] . keys[j, h / group] for every cached position j
+// that query token t sees (j <= kv_len + t); grouped-query heads share a kv head.
+struct Params {
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    capacity: u32,
+    scale: f32,
+}
+
+struct Step {
+    kv_len: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(3) var<storage, read> keys: array<f32>;
+@group(0) @binding(4) var<storage, read_write> scores: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let j = wg.x * 64u + t;
+    let h = wg.y;
+    let tok = wg.z;
+    if (j > step.kv_len + tok || j >= p.capacity) {
+        return;
+    }
+    let kvh = h / (p.heads / p.kv_heads);
+    let qb = (tok * p.heads + h) * p.head_dim;
+    let kb = (j * p.kv_heads + kvh) * p.head_dim;
+    var acc = 0.0;
+    for (var d = 0u; d < p.head_dim; d++) {
+        acc += q[qb + d] * keys[kb + d];
+    }
+    scores[(tok * p.heads + h) * p.capacity + j] = acc * p.scale;
+}

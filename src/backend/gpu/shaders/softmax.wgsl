@@ -1,0 +1,65 @@
+// Softmax over rows of `len` elements, `stride` apart; one workgroup per row. Used for
+// the graph's softmax (len = stride = row width) and, in place, for attention scores
+// (len = positions the query sees, from the step uniform).
+struct Params {
+    len: u32,
+    stride: u32,
+    causal: u32,
+    heads: u32,
+    rows: u32,
+}
+
+struct Step {
+    kv_len: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read_write> rows: array<f32>;
+
+var<workgroup> red: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let row = wg.y * p.heads + wg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.stride;
+    var len = p.len;
+    if (p.causal != 0u) {
+        len = step.kv_len + wg.y + 1u;
+    }
+    var m = -3.0e38;
+    for (var i = t; i < len; i += 64u) {
+        m = max(m, rows[base + i]);
+    }
+    red[t] = m;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red[t] = max(red[t], red[t + s]);
+        }
+        workgroupBarrier();
+    }
+    let mx = red[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    for (var i = t; i < len; i += 64u) {
+        let e = exp(rows[base + i] - mx);
+        rows[base + i] = e;
+        sum += e;
+    }
+    red[t] = sum;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            red[t] += red[t + s];
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / red[0];
+    for (var i = t; i < len; i += 64u) {
+        rows[base + i] *= inv;
+    }
+}

@@ -1,0 +1,572 @@
+//! Every GPU kernel against the CPU backend on random inputs of odd sizes: relative
+//! error max|diff| / max|ref| ≤ 1e-4 for f32 and ≤ 3e-3 for f16 weights. Block-format
+//! matmuls are checked against an exact f64 product of the dequantized weights written
+//! here (the CPU's integer kernels quantize activations, so they are not the reference
+//! at this tolerance). Attention runs a prefill and decode steps, and moves a cache
+//! between CPU and GPU mid-sequence.
+
+mod gpu_support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use half::f16;
+use switchyard::backend::{
+    cpu::CpuBackend, Backend, BackendError, BackendId, BackendSet, HostTensor, KvCache, KvDType,
+    KvLayout, SharedBytes, StepState, Tensor,
+};
+use switchyard::cache::{WeightSource, WeightStore};
+use switchyard::exec::Executor;
+use switchyard::graph::{AttentionParams, DType, Graph, GraphBuilder, RopeMode, ValueId};
+use switchyard::plan::{partition, Placement, Policy};
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| scale * self.next()).collect()
+    }
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    }
+    fn byte(&mut self) -> u8 {
+        ((self.next() + 0.5) * 255.99) as u8
+    }
+}
+
+#[derive(Default)]
+struct Weights(HashMap<String, HostTensor>);
+
+impl Weights {
+    fn put(&mut self, name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) {
+        let t =
+            HostTensor::new(dtype, shape.to_vec().into(), SharedBytes::from_vec(bytes)).unwrap();
+        self.0.insert(name.into(), t);
+    }
+    fn f32(&mut self, name: &str, shape: &[usize], values: &[f32]) {
+        self.put(
+            name,
+            DType::F32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+    }
+}
+
+impl WeightSource for Weights {
+    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
+        self.0
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BackendError::MissingWeight(name.into()))
+    }
+}
+
+fn set(backends: Vec<Arc<dyn Backend>>) -> BackendSet {
+    BackendSet::new(backends).unwrap()
+}
+
+fn cpu() -> Arc<dyn Backend> {
+    Arc::new(CpuBackend::new(Some(2)).unwrap())
+}
+
+/// Compiles `graph` on `backends`, checking that every compute node runs on `expect`.
+fn executor(
+    graph: Graph,
+    backends: &BackendSet,
+    weights: &WeightStore,
+    expect: BackendId,
+) -> Executor {
+    // No smoothing: these graphs are single nodes, which it would send back to the CPU.
+    let policy = Policy {
+        min_run: 0,
+        ..Policy::default()
+    };
+    let plan = partition(&graph, &backends.capabilities(), &policy).unwrap();
+    for (i, p) in plan.placement.iter().enumerate() {
+        let node = &plan.graph.nodes()[i];
+        if !node.op.kind().is_source() && node.op.kind() != switchyard::graph::OpKind::Transfer {
+            assert_eq!(*p, Placement::On(expect), "{:?} placed on {p:?}", node.op);
+        }
+    }
+    Executor::compile(plan, backends, weights).unwrap()
+}
+
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let max_ref = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let max_diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite GPU output");
+    max_diff / max_ref.max(1e-30)
+}
+
+/// Runs a one-output graph on the CPU and on the GPU and returns both outputs.
+fn both(
+    gpu: &Arc<dyn Backend>,
+    build: impl Fn() -> Graph,
+    weights: Weights,
+    inputs: &[(&str, Tensor)],
+) -> (Vec<f32>, Vec<f32>) {
+    let store = WeightStore::new(Arc::new(weights));
+    let cpu_set = set(vec![cpu()]);
+    let gpu_set = set(vec![cpu(), gpu.clone()]);
+    let on_cpu = executor(build(), &cpu_set, &store, BackendId::CPU);
+    let on_gpu = executor(build(), &gpu_set, &store, BackendId::GPU);
+    let mut state = StepState::stateless();
+    let want = on_cpu.run(inputs, &mut state).unwrap()[0]
+        .to_f32_vec()
+        .unwrap();
+    let got = on_gpu.run(inputs, &mut state).unwrap()[0]
+        .to_f32_vec()
+        .unwrap();
+    (got, want)
+}
+
+fn open() -> Option<Arc<dyn Backend>> {
+    gpu_support::gpu().map(|g| Arc::new(g) as Arc<dyn Backend>)
+}
+
+fn one(build: impl FnOnce(&mut GraphBuilder) -> ValueId) -> Graph {
+    let mut b = GraphBuilder::new();
+    let out = build(&mut b);
+    b.finish(vec![out]).unwrap()
+}
+
+#[test]
+fn elementwise_norm_softmax_and_rope_match_the_cpu() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(1);
+    let (rows, d) = (7, 37);
+    let a = rng.vec(rows * d, 4.0);
+    let b_full = rng.vec(rows * d, 4.0);
+    let b_row = rng.vec(d, 4.0);
+    let x = |name: &str, v: &[f32], shape: &[usize]| {
+        (
+            name.to_string(),
+            Tensor::from_f32(shape.to_vec(), v).unwrap(),
+        )
+    };
+    type Op = fn(&mut GraphBuilder, ValueId, ValueId) -> ValueId;
+    let binary: [(&str, Op, bool); 5] = [
+        ("add", |g, a, b| g.add(a, b).unwrap(), false),
+        ("add-broadcast", |g, a, b| g.add(a, b).unwrap(), true),
+        ("mul-broadcast", |g, a, b| g.mul(a, b).unwrap(), true),
+        ("swiglu", |g, a, b| g.swiglu(a, b).unwrap(), false),
+        ("mul", |g, a, b| g.mul(a, b).unwrap(), false),
+    ];
+    for (name, op, broadcast) in binary {
+        let bshape: Vec<usize> = if broadcast { vec![d] } else { vec![rows, d] };
+        let bvals = if broadcast { &b_row } else { &b_full };
+        let inputs = [x("a", &a, &[rows, d]), x("b", bvals, &bshape)];
+        let inputs: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let build = || {
+            one(|g| {
+                let ia = g.input("a", DType::F32, [rows, d]).unwrap();
+                let ib = g.input("b", DType::F32, bshape.clone()).unwrap();
+                op(g, ia, ib)
+            })
+        };
+        let (got, want) = both(&gpu, build, Weights::default(), &inputs);
+        let err = relative_error(&got, &want);
+        assert!(err <= 1e-4, "{name}: relative error {err}");
+    }
+    type Un = fn(&mut GraphBuilder, ValueId) -> ValueId;
+    let unary: [(&str, Un); 4] = [
+        ("silu", |g, a| g.silu(a).unwrap()),
+        ("gelu", |g, a| g.gelu(a).unwrap()),
+        ("softmax", |g, a| g.softmax(a).unwrap()),
+        ("reshape", |g, a| {
+            let r = g.reshape(a, [37, 7]).unwrap();
+            g.silu(r).unwrap()
+        }),
+    ];
+    for (name, op) in unary {
+        let inputs = [("a", Tensor::from_f32([rows, d], &a).unwrap())];
+        let build = || {
+            one(|g| {
+                let ia = g.input("a", DType::F32, [rows, d]).unwrap();
+                op(g, ia)
+            })
+        };
+        let (got, want) = both(&gpu, build, Weights::default(), &inputs);
+        let err = relative_error(&got, &want);
+        assert!(err <= 1e-4, "{name}: relative error {err}");
+    }
+    let mut weights = Weights::default();
+    weights.f32("norm", &[d], &rng.vec(d, 2.0));
+    let inputs = [("a", Tensor::from_f32([rows, d], &a).unwrap())];
+    let build = || {
+        one(|g| {
+            let ia = g.input("a", DType::F32, [rows, d]).unwrap();
+            let w = g.weight("norm", DType::F32, [d]).unwrap();
+            g.rms_norm(ia, w, 1e-5).unwrap()
+        })
+    };
+    let (got, want) = both(&gpu, build, weights, &inputs);
+    let err = relative_error(&got, &want);
+    assert!(err <= 1e-4, "rms_norm: relative error {err}");
+    for (mode, n_rot) in [
+        (RopeMode::Normal, 12),
+        (RopeMode::Neox, 10),
+        (RopeMode::Neox, 14),
+    ] {
+        let (n, heads, dh) = (5, 3, 14);
+        let xs = rng.vec(n * heads * dh, 2.0);
+        let positions = [0, 1, 17, 300, 2047];
+        let inputs = [
+            ("x", Tensor::from_f32([n, heads, dh], &xs).unwrap()),
+            ("pos", Tensor::from_i32([n], &positions).unwrap()),
+        ];
+        let build = || {
+            one(|g| {
+                let ix = g.input("x", DType::F32, [n, heads, dh]).unwrap();
+                let ip = g.input("pos", DType::I32, [n]).unwrap();
+                g.rope(ix, ip, mode, n_rot, 10_000.0, 1.0).unwrap()
+            })
+        };
+        let (got, want) = both(&gpu, build, Weights::default(), &inputs);
+        let err = relative_error(&got, &want);
+        assert!(
+            err <= 1e-4,
+            "rope {mode:?} n_rot {n_rot}: relative error {err}"
+        );
+    }
+}
+
+#[test]
+fn dense_matmul_and_embedding_match_the_cpu() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(2);
+    for (m, k, n) in [(1, 37, 29), (5, 33, 70), (19, 64, 9)] {
+        let x = rng.vec(m * k, 2.0);
+        let w = rng.vec(n * k, 2.0);
+        for dtype in [DType::F32, DType::F16] {
+            let mut weights = Weights::default();
+            match dtype {
+                DType::F32 => weights.f32("w", &[n, k], &w),
+                _ => weights.put(
+                    "w",
+                    DType::F16,
+                    &[n, k],
+                    w.iter()
+                        .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                        .collect(),
+                ),
+            }
+            let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
+            let build = || {
+                one(|g| {
+                    let ix = g.input("x", DType::F32, [m, k]).unwrap();
+                    let iw = g.weight("w", dtype, [n, k]).unwrap();
+                    g.matmul(ix, iw).unwrap()
+                })
+            };
+            let (got, want) = both(&gpu, build, weights, &inputs);
+            let err = relative_error(&got, &want);
+            let bound = if dtype == DType::F16 { 3e-3 } else { 1e-4 };
+            assert!(
+                err <= bound,
+                "matmul {dtype} {m}x{k}x{n}: relative error {err}"
+            );
+        }
+    }
+    let (vocab, d) = (23, 19);
+    let table = rng.vec(vocab * d, 2.0);
+    let ids = [3, 0, 22, 3, 11];
+    let mut weights = Weights::default();
+    weights.f32("table", &[vocab, d], &table);
+    let inputs = [("ids", Tensor::from_i32([5], &ids).unwrap())];
+    let build = || {
+        one(|g| {
+            let t = g.weight("table", DType::F32, [vocab, d]).unwrap();
+            let i = g.input("ids", DType::I32, [5]).unwrap();
+            g.embedding(t, i).unwrap()
+        })
+    };
+    let (got, want) = both(&gpu, build, weights, &inputs);
+    assert_eq!(got, want, "embedding copies rows exactly");
+}
+
+/// Random blocks of `dtype` for an `[n, k]` weight and their exact dequantized values.
+fn quantized(rng: &mut Lcg, dtype: DType, n: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
+    let (mut bytes, mut values) = (Vec::new(), Vec::new());
+    for _ in 0..n * k / 32 {
+        let d = f16::from_f32(0.01 + 0.05 * (rng.next() + 0.5));
+        let m = f16::from_f32(rng.next());
+        bytes.extend_from_slice(&d.to_le_bytes());
+        if dtype == DType::Q4_1 {
+            bytes.extend_from_slice(&m.to_le_bytes());
+        }
+        let (d, m) = (d.to_f32(), m.to_f32());
+        let mut block = [0f32; 32];
+        match dtype {
+            DType::Q8_0 => {
+                for v in &mut block {
+                    let q = rng.byte() as i8;
+                    bytes.push(q as u8);
+                    *v = d * q as f32;
+                }
+            }
+            _ => {
+                for i in 0..16 {
+                    let byte = rng.byte();
+                    bytes.push(byte);
+                    let (lo, hi) = ((byte & 15) as f32, (byte >> 4) as f32);
+                    (block[i], block[i + 16]) = match dtype {
+                        DType::Q4_0 => (d * (lo - 8.0), d * (hi - 8.0)),
+                        _ => (d * lo + m, d * hi + m),
+                    };
+                }
+            }
+        }
+        values.extend_from_slice(&block);
+    }
+    (bytes, values)
+}
+
+#[test]
+fn block_format_matmul_and_embedding_match_exact_dequantization() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(3);
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        for (m, k, n) in [(1, 64, 33), (9, 96, 17)] {
+            let x = rng.vec(m * k, 2.0);
+            let (bytes, w) = quantized(&mut rng, dtype, n, k);
+            let mut weights = Weights::default();
+            weights.put("w", dtype, &[n, k], bytes.clone());
+            weights.put("table", dtype, &[n, k], bytes);
+            let store = WeightStore::new(Arc::new(weights));
+            let backends = set(vec![cpu(), gpu.clone()]);
+            let graph = one(|g| {
+                let ix = g.input("x", DType::F32, [m, k]).unwrap();
+                let iw = g.weight("w", dtype, [n, k]).unwrap();
+                g.matmul(ix, iw).unwrap()
+            });
+            let exec = executor(graph, &backends, &store, BackendId::GPU);
+            let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
+            let got = exec.run(&inputs, &mut StepState::stateless()).unwrap()[0]
+                .to_f32_vec()
+                .unwrap();
+            let want: Vec<f32> = (0..m * n)
+                .map(|i| {
+                    let (r, c) = (i / n, i % n);
+                    (0..k)
+                        .map(|e| x[r * k + e] as f64 * w[c * k + e] as f64)
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            let err = relative_error(&got, &want);
+            assert!(
+                err <= 1e-4,
+                "matmul {dtype} {m}x{k}x{n}: relative error {err}"
+            );
+            let ids: Vec<i32> = vec![0, (n - 1) as i32, 5];
+            let graph = one(|g| {
+                let t = g.weight("table", dtype, [n, k]).unwrap();
+                let i = g.input("ids", DType::I32, [3]).unwrap();
+                g.embedding(t, i).unwrap()
+            });
+            let exec = executor(graph, &backends, &store, BackendId::GPU);
+            let inputs = [("ids", Tensor::from_i32([3], &ids).unwrap())];
+            let got = exec.run(&inputs, &mut StepState::stateless()).unwrap()[0]
+                .to_f32_vec()
+                .unwrap();
+            let want: Vec<f32> = ids
+                .iter()
+                .flat_map(|&r| w[r as usize * k..(r as usize + 1) * k].to_vec())
+                .collect();
+            let err = relative_error(&got, &want);
+            assert!(err <= 1e-6, "embedding {dtype}: relative error {err}");
+        }
+    }
+}
+
+const HEADS: usize = 6;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 12;
+
+fn attention_graph(n: usize) -> Graph {
+    one(|g| {
+        let q = g.input("q", DType::F32, [n, HEADS * HEAD_DIM]).unwrap();
+        let k = g.input("k", DType::F32, [n, KV_HEADS * HEAD_DIM]).unwrap();
+        let v = g.input("v", DType::F32, [n, KV_HEADS * HEAD_DIM]).unwrap();
+        let p = AttentionParams {
+            layer: 1,
+            n_heads: HEADS as u32,
+            n_kv_heads: KV_HEADS as u32,
+            head_dim: HEAD_DIM as u32,
+            scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+        };
+        g.attention(q, k, v, p).unwrap()
+    })
+}
+
+fn kv(dtype: KvDType) -> KvCache {
+    KvCache::new(KvLayout {
+        n_layers: 2,
+        capacity: 40,
+        n_kv_heads: KV_HEADS,
+        head_dim: HEAD_DIM,
+        dtype,
+    })
+}
+
+#[test]
+fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
+    let Some(gpu) = open() else { return };
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let cpu_set = set(vec![cpu()]);
+    let gpu_set = set(vec![cpu(), gpu.clone()]);
+    let mut rng = Lcg(4);
+    let (mut cpu_kv, mut gpu_kv) = (kv(KvDType::F32), kv(KvDType::F32));
+    let mut kv_len = 0;
+    // Prefill 9 on the GPU, decode 3 on the GPU, then 2 steps whose attention runs on
+    // the CPU (rows come back from the GPU), then one on the GPU again (rows go up).
+    for (n, on_gpu) in [
+        (9, true),
+        (1, true),
+        (1, true),
+        (1, true),
+        (3, false),
+        (1, false),
+        (2, true),
+    ] {
+        let inputs = [
+            (
+                "q",
+                Tensor::from_f32([n, HEADS * HEAD_DIM], &rng.vec(n * HEADS * HEAD_DIM, 3.0))
+                    .unwrap(),
+            ),
+            (
+                "k",
+                Tensor::from_f32(
+                    [n, KV_HEADS * HEAD_DIM],
+                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
+                )
+                .unwrap(),
+            ),
+            (
+                "v",
+                Tensor::from_f32(
+                    [n, KV_HEADS * HEAD_DIM],
+                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
+                )
+                .unwrap(),
+            ),
+        ];
+        let reference = executor(attention_graph(n), &cpu_set, &store, BackendId::CPU);
+        let want = reference
+            .run(
+                &inputs,
+                &mut StepState {
+                    kv_len,
+                    kv: Some(&mut cpu_kv),
+                },
+            )
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let (backends, expect) = if on_gpu {
+            (&gpu_set, BackendId::GPU)
+        } else {
+            (&cpu_set, BackendId::CPU)
+        };
+        let exec = executor(attention_graph(n), backends, &store, expect);
+        let got = exec
+            .run(
+                &inputs,
+                &mut StepState {
+                    kv_len,
+                    kv: Some(&mut gpu_kv),
+                },
+            )
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let err = relative_error(&got, &want);
+        assert!(
+            err <= 1e-4,
+            "attention n={n} at {kv_len} (gpu: {on_gpu}): relative error {err}"
+        );
+        kv_len += n;
+    }
+}
+
+#[test]
+fn f16_host_cache_moves_to_the_gpu_within_f16_tolerance() {
+    let Some(gpu) = open() else { return };
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let cpu_set = set(vec![cpu()]);
+    let gpu_set = set(vec![cpu(), gpu.clone()]);
+    let mut rng = Lcg(5);
+    let (mut cpu_kv, mut mixed_kv) = (kv(KvDType::F16), kv(KvDType::F16));
+    let mut kv_len = 0;
+    for (n, on_gpu) in [(5, false), (1, true), (1, true)] {
+        let inputs = [
+            (
+                "q",
+                Tensor::from_f32([n, HEADS * HEAD_DIM], &rng.vec(n * HEADS * HEAD_DIM, 3.0))
+                    .unwrap(),
+            ),
+            (
+                "k",
+                Tensor::from_f32(
+                    [n, KV_HEADS * HEAD_DIM],
+                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
+                )
+                .unwrap(),
+            ),
+            (
+                "v",
+                Tensor::from_f32(
+                    [n, KV_HEADS * HEAD_DIM],
+                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
+                )
+                .unwrap(),
+            ),
+        ];
+        let want = executor(attention_graph(n), &cpu_set, &store, BackendId::CPU)
+            .run(
+                &inputs,
+                &mut StepState {
+                    kv_len,
+                    kv: Some(&mut cpu_kv),
+                },
+            )
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let (backends, expect) = if on_gpu {
+            (&gpu_set, BackendId::GPU)
+        } else {
+            (&cpu_set, BackendId::CPU)
+        };
+        let got = executor(attention_graph(n), backends, &store, expect)
+            .run(
+                &inputs,
+                &mut StepState {
+                    kv_len,
+                    kv: Some(&mut mixed_kv),
+                },
+            )
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let err = relative_error(&got, &want);
+        assert!(
+            err <= 3e-3,
+            "attention n={n} at {kv_len}: relative error {err}"
+        );
+        kv_len += n;
+    }
+}
