@@ -18,5 +18,5 @@ pub mod tokenizer;
 pub use error::ModelError;
 pub use generate::{generate, FinishReason, GenerateOptions, Generation, Timings, TopLogit};
 pub use loader::Model;
-pub use runner::{ModelWeights, PhaseStats, Runner, Sequence, PREFILL_CHUNK};
+pub use runner::{ModelWeights, PhaseStats, Placed, Runner, Sequence, PREFILL_CHUNK};
 pub use weights::{GgufWeights, HfWeights};

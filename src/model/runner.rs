@@ -1,6 +1,7 @@
 //! Runs a traced model step by step: chunked, bucketed prefill and static-shape decode
 //! through the graph cache, over one sequence's KV cache.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
@@ -9,7 +10,7 @@ use crate::cache::{
     WeightStore,
 };
 use crate::exec::Executor;
-use crate::plan::Policy;
+use crate::plan::{Placement, Policy};
 
 use super::llama::{inputs, trace_step, LlamaConfig, WeightInfo};
 use super::ModelError;
@@ -38,7 +39,11 @@ pub struct Runner {
     kv_dtype: KvDType,
     prefill: PhaseStats,
     decode: PhaseStats,
+    placement: [Placed; 2],
 }
+
+/// Compute nodes per backend name in a phase's most recently compiled plan.
+pub type Placed = BTreeMap<String, usize>;
 
 /// Graph-cache outcomes of one phase's step lookups.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -107,7 +112,19 @@ impl Runner {
             kv_dtype: KvDType::default(),
             prefill: PhaseStats::default(),
             decode: PhaseStats::default(),
+            placement: Default::default(),
         }
+    }
+
+    /// The same runner planning with `policy` (tests force placements with it).
+    pub fn with_policy(self, policy: Policy) -> Runner {
+        Runner { policy, ..self }
+    }
+
+    /// How many compute nodes each backend runs in the latest prefill and decode plans
+    /// (empty until that phase has compiled).
+    pub fn placement(&self) -> (&Placed, &Placed) {
+        (&self.placement[0], &self.placement[1])
     }
 
     /// Cache outcomes of prefill and decode lookups, in that order.
@@ -218,6 +235,20 @@ impl Runner {
         phase_stats.compiles += after.compiles - before.compiles;
         phase_stats.hits += after.hits - before.hits;
         phase_stats.misses += after.misses - before.misses;
+        if after.compiles > before.compiles {
+            let plan = executor.plan();
+            let mut placed = Placed::new();
+            for (node, at) in plan.graph.nodes().iter().zip(&plan.placement) {
+                let kind = node.op.kind();
+                if let (Placement::On(b), false) = (
+                    at,
+                    kind.is_source() || kind == crate::graph::OpKind::Transfer,
+                ) {
+                    *placed.entry(self.backends.name_of(*b)).or_default() += 1;
+                }
+            }
+            self.placement[matches!(phase, Phase::Decode) as usize] = placed;
+        }
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
         let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
