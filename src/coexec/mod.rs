@@ -5,6 +5,9 @@
 //!   (including 0) and keeps the fastest, per matmul shape class ([`SplitKey`]).
 //! - [`table`] persists calibrations in `calibration.json` under `$SWITCHYARD_HOME`,
 //!   valid for one [`HardwareFingerprint`] ([`fingerprint`]).
+//! - [`gate`] picks among execution arms (baseline, split, single-backend plans) by
+//!   measurement, with probation, moving averages, re-probes and hysteresis, and a
+//!   probation-then-lock mode for memory pressure.
 //! - [`clock`] supplies the time: the system clock, or in tests a fake clock that
 //!   simulated backends advance by their modelled run time.
 //!
@@ -15,6 +18,7 @@
 pub mod calibrate;
 pub mod clock;
 pub mod fingerprint;
+pub mod gate;
 pub mod table;
 
 pub use calibrate::{calibrate, rows_bucket, Calibration, SplitKey, GRID_PERMILLE};
@@ -22,4 +26,8 @@ pub use calibrate::{calibrate, rows_bucket, Calibration, SplitKey, GRID_PERMILLE
 pub use clock::FakeClock;
 pub use clock::{timed, Clock, SystemClock};
 pub use fingerprint::{Component, FingerprintChange, HardwareFingerprint, Invalidation};
+pub use gate::{
+    ArmId, CallRecord, Choice, Decision, EventLog, Gate, GateConfig, GateError, GateReport,
+    MemoryPressure, Reason,
+};
 pub use table::{table_path, CalibrationTable, LoadStatus, TableError, TABLE_FILE_NAME};
