@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod bench;
 pub mod cache;
+pub mod coexec;
 pub mod exec;
 pub mod graph;
 pub mod model;
