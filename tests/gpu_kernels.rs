@@ -1,9 +1,9 @@
 //! Every GPU kernel against the CPU backend on random inputs of odd sizes: relative
 //! error max|diff| / max|ref| ≤ 1e-4 for f32 and ≤ 3e-3 for f16 weights. Block-format
-//! matmuls are checked against an exact f64 product of the dequantized weights written
-//! here (the CPU's integer kernels quantize activations, so they are not the reference
-//! at this tolerance). Attention runs a prefill and decode steps, and moves a cache
-//! between CPU and GPU mid-sequence.
+//! matmuls are also checked against an f64 product written here (activations quantized
+//! to 8 bits, as both backends do), and embeddings against exact dequantization.
+//! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
+//! mid-sequence, with f32 and f16 caches.
 
 mod gpu_support;
 
@@ -281,8 +281,29 @@ fn dense_matmul_and_embedding_match_the_cpu() {
     assert_eq!(got, want, "embedding copies rows exactly");
 }
 
+/// `x · wᵀ` with each 32 activations quantized to 8 bits first (the CPU's and the GPU's
+/// scheme for block formats), in f64: an independent reference for both.
+fn q8_activation_product(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut xq = vec![0f64; m * k];
+    for (block, out) in x.chunks(32).zip(xq.chunks_mut(32)) {
+        let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let inv = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+        for (v, o) in block.iter().zip(out) {
+            *o = (v * inv).round_ties_even() as f64 * (amax / 127.0) as f64;
+        }
+    }
+    (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k)
+                .map(|e| xq[r * k + e] * w[c * k + e] as f64)
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
 #[test]
-fn block_format_matmul_and_embedding_match_exact_dequantization() {
+fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(3);
     for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
@@ -291,49 +312,45 @@ fn block_format_matmul_and_embedding_match_exact_dequantization() {
             let (bytes, w) = quantized(&mut rng, dtype, n, k);
             let mut weights = Weights::default();
             weights.put("w", dtype, &[n, k], bytes.clone());
-            weights.put("table", dtype, &[n, k], bytes);
-            let store = WeightStore::new(Arc::new(weights));
-            let backends = set(vec![cpu(), gpu.clone()]);
-            let graph = one(|g| {
-                let ix = g.input("x", DType::F32, [m, k]).unwrap();
-                let iw = g.weight("w", dtype, [n, k]).unwrap();
-                g.matmul(ix, iw).unwrap()
-            });
-            let exec = executor(graph, &backends, &store, BackendId::GPU);
             let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
-            let got = exec.run(&inputs, &mut StepState::stateless()).unwrap()[0]
-                .to_f32_vec()
-                .unwrap();
-            let want: Vec<f32> = (0..m * n)
-                .map(|i| {
-                    let (r, c) = (i / n, i % n);
-                    (0..k)
-                        .map(|e| x[r * k + e] as f64 * w[c * k + e] as f64)
-                        .sum::<f64>() as f32
+            let build = || {
+                one(|g| {
+                    let ix = g.input("x", DType::F32, [m, k]).unwrap();
+                    let iw = g.weight("w", dtype, [n, k]).unwrap();
+                    g.matmul(ix, iw).unwrap()
                 })
-                .collect();
+            };
+            let (got, want) = both(&gpu, build, weights, &inputs);
             let err = relative_error(&got, &want);
             assert!(
                 err <= 1e-4,
-                "matmul {dtype} {m}x{k}x{n}: relative error {err}"
+                "matmul {dtype} {m}x{k}x{n} vs CPU: relative error {err}"
             );
+            let exact = q8_activation_product(&x, &w, m, k, n);
+            let err = relative_error(&got, &exact);
+            assert!(
+                err <= 1e-4,
+                "matmul {dtype} {m}x{k}x{n} vs f64: relative error {err}"
+            );
+
             let ids: Vec<i32> = vec![0, (n - 1) as i32, 5];
-            let graph = one(|g| {
-                let t = g.weight("table", dtype, [n, k]).unwrap();
-                let i = g.input("ids", DType::I32, [3]).unwrap();
-                g.embedding(t, i).unwrap()
-            });
-            let exec = executor(graph, &backends, &store, BackendId::GPU);
+            let mut weights = Weights::default();
+            weights.put("table", dtype, &[n, k], bytes);
             let inputs = [("ids", Tensor::from_i32([3], &ids).unwrap())];
-            let got = exec.run(&inputs, &mut StepState::stateless()).unwrap()[0]
-                .to_f32_vec()
-                .unwrap();
+            let build = || {
+                one(|g| {
+                    let t = g.weight("table", dtype, [n, k]).unwrap();
+                    let i = g.input("ids", DType::I32, [3]).unwrap();
+                    g.embedding(t, i).unwrap()
+                })
+            };
+            let (got, from_cpu) = both(&gpu, build, weights, &inputs);
             let want: Vec<f32> = ids
                 .iter()
                 .flat_map(|&r| w[r as usize * k..(r as usize + 1) * k].to_vec())
                 .collect();
-            let err = relative_error(&got, &want);
-            assert!(err <= 1e-6, "embedding {dtype}: relative error {err}");
+            assert_eq!(got, want, "embedding {dtype} dequantizes exactly");
+            assert_eq!(got, from_cpu, "embedding {dtype} equals the CPU's");
         }
     }
 }

@@ -10,7 +10,7 @@ use super::device::Gpu;
 use super::kernels::{self, Source};
 use super::kv::GpuKv;
 use super::record::{dispatch, fold, word, Dispatch};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, KvDType};
 
 /// One attention node: its attributes and the buffers of its operands.
 pub(super) struct AttentionNode {
@@ -68,7 +68,12 @@ impl AttentionNode {
         let write = dispatch(
             gpu,
             &source("kv_write", kernels::KV_WRITE),
-            &[len, gx, word("kv width", width)?],
+            &[
+                len,
+                gx,
+                word("kv width", width)?,
+                u32::from(layout.dtype == KvDType::F16),
+            ],
             &[step, &self.k, &self.v, keys, values],
             [gx, gy, 1],
         )?;

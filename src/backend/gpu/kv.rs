@@ -1,5 +1,5 @@
 //! The GPU's copy of a sequence's KV cache: one key and one value buffer per layer, in
-//! f32, kept inside the sequence's [`KvCache`](crate::backend::KvCache) so every
+//! f32 (an f16 cache's values are rounded to f16 when written, as on the CPU), kept inside the sequence's [`KvCache`](crate::backend::KvCache) so every
 //! executor of the sequence (prefill buckets, decode) shares it.
 
 use std::any::Any;

@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use switchyard::backend::{cpu::CpuBackend, Backend, Capability};
 
+use crate::gpu_report::{probe, GpuProbe};
+
 /// Flags of `switchyard doctor`.
 #[derive(Args)]
 pub struct DoctorArgs {
@@ -19,6 +21,7 @@ struct Report<'a> {
     version: &'static str,
     commit: &'static str,
     backends: Vec<BackendReport<'a>>,
+    gpu: GpuProbe,
 }
 
 #[derive(Serialize)]
@@ -31,8 +34,13 @@ struct BackendReport<'a> {
 /// Prints the report.
 pub fn run(args: &DoctorArgs) -> Result<()> {
     let cpu = CpuBackend::new(None)?;
-    let backends: Vec<&dyn Backend> = vec![&cpu];
+    let (gpu, gpu_backend) = probe();
+    let mut backends: Vec<&dyn Backend> = vec![&cpu];
+    if let Some(b) = &gpu_backend {
+        backends.push(b.as_ref());
+    }
     let report = Report {
+        gpu,
         version: env!("CARGO_PKG_VERSION"),
         commit: env!("SWITCHYARD_GIT_COMMIT"),
         backends: backends
@@ -61,8 +69,12 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
         println!("  ops:    {}", ops.join(" "));
         let dtypes: Vec<&str> = cap.dtypes.dtypes().map(|d| d.name()).collect();
         println!("  dtypes: {}", dtypes.join(" "));
+        let operands: Vec<&str> = cap.operand_dtypes.dtypes().map(|d| d.name()).collect();
+        if !operands.is_empty() {
+            println!("  weights/ids also read as: {}", operands.join(" "));
+        }
     }
     println!();
-    println!("gpu: not built into this version (the wgpu backend is a later capability)");
+    report.gpu.print();
     Ok(())
 }

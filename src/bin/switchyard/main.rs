@@ -6,6 +6,7 @@ mod chat_cmd;
 mod demo;
 mod doctor;
 mod generate_cmd;
+mod gpu_report;
 mod model_args;
 mod plan_cmd;
 mod sampling_args;

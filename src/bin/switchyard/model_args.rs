@@ -36,8 +36,11 @@ pub struct ModelArgs {
     /// How the KV cache stores keys and values: f16 halves its memory, f32 is exact.
     #[arg(long, value_enum, default_value_t = KvType::F16, value_name = "TYPE")]
     pub kv_type: KvType,
-    /// Backends to use, comma-separated. Only `cpu` exists in this build.
-    #[arg(long, default_value = "cpu", value_name = "LIST")]
+    /// Backends to use: `auto` (the CPU, plus a hardware GPU when one is found), or a
+    /// comma-separated list of `cpu` and `gpu`. Listing `gpu` also accepts a software
+    /// adapter such as lavapipe and fails when there is none; `cpu` alone forces CPU
+    /// only. Nodes go to the highest-priority listed backend that can run them.
+    #[arg(long, default_value = "auto", value_name = "LIST")]
     pub backends: String,
 }
 
@@ -52,22 +55,7 @@ impl ModelArgs {
 
     /// The backends named by `--backends`.
     pub fn backend_set(&self) -> Result<BackendSet> {
-        let mut list: Vec<Arc<dyn Backend>> = Vec::new();
-        for name in self
-            .backends
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            match name {
-                "cpu" => list.push(Arc::new(CpuBackend::new(self.threads)?)),
-                other => bail!("unknown backend {other:?} in --backends (available: cpu)"),
-            }
-        }
-        if !list.iter().any(|b| b.name() == "cpu") {
-            bail!("--backends must include cpu: it holds the inputs and runs what others cannot");
-        }
-        BackendSet::new(list).map_err(anyhow::Error::msg)
+        backend_set(&self.backends, self.threads)
     }
 
     /// Opens the model and a runner for it.
@@ -98,4 +86,64 @@ impl ModelArgs {
         .with_kv_dtype(kv_dtype);
         Ok((model, runner))
     }
+}
+
+/// Opens the backends of a `--backends` value (see [`ModelArgs::backends`]).
+pub fn backend_set(spec: &str, threads: Option<usize>) -> Result<BackendSet> {
+    let names: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut list: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(threads)?)];
+    match names.as_slice() {
+        ["auto"] => {
+            if let Some(gpu) = open_gpu(false, false)? {
+                list.push(gpu);
+            }
+        }
+        _ => {
+            if !names.contains(&"cpu") {
+                bail!(
+                    "--backends must include cpu: it holds the inputs and runs what others cannot"
+                );
+            }
+            for name in names {
+                match name {
+                    "cpu" => {}
+                    "gpu" => list.extend(open_gpu(true, true)?),
+                    other => {
+                        bail!("unknown backend {other:?} in --backends (available: auto, cpu, gpu)")
+                    }
+                }
+            }
+        }
+    }
+    BackendSet::new(list).map_err(anyhow::Error::msg)
+}
+
+/// The GPU backend: `required` makes a missing adapter an error, otherwise it is logged.
+#[cfg(feature = "gpu")]
+fn open_gpu(allow_software: bool, required: bool) -> Result<Option<Arc<dyn Backend>>> {
+    use switchyard::backend::gpu::GpuBackend;
+    match GpuBackend::open(allow_software) {
+        Ok(gpu) => {
+            log::info!("using GPU: {}", gpu.capability().version);
+            Ok(Some(Arc::new(gpu)))
+        }
+        Err(e) if required => bail!("--backends asks for gpu, but {e}"),
+        Err(e) => {
+            log::info!("no GPU used: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Without the `gpu` feature there is never a GPU.
+#[cfg(not(feature = "gpu"))]
+fn open_gpu(_allow_software: bool, required: bool) -> Result<Option<Arc<dyn Backend>>> {
+    if required {
+        bail!("--backends asks for gpu, but this build has no GPU backend (built without the `gpu` feature)");
+    }
+    Ok(None)
 }

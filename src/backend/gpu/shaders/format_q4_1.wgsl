@@ -1,5 +1,6 @@
 // Q4_1 repacked at upload: per block of 32, scale d and minimum m as f32, then 16
 // bytes of nibbles laid out as in Q4_0; value = d * q + m.
+// block_quants gives the nibbles and (d, m): a block dots as d·dx·Σq·qx + m·sx.
 const BLOCK_WORDS: u32 = 6u;
 
 fn weight_at(row: u32, col: u32, k: u32) -> f32 {
@@ -10,18 +11,16 @@ fn weight_at(row: u32, col: u32, k: u32) -> f32 {
     return bitcast<f32>(w[base]) * f32(q) + bitcast<f32>(w[base + 1u]);
 }
 
-fn load_block(row: u32, blk: u32, k: u32) -> array<f32, 32> {
+fn block_quants(row: u32, blk: u32, k: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {
     let base = (row * (k / 32u) + blk) * BLOCK_WORDS;
-    let d = bitcast<f32>(w[base]);
-    let m = bitcast<f32>(w[base + 1u]);
-    var v: array<f32, 32>;
     for (var i = 0u; i < 4u; i++) {
         let word = w[base + 2u + i];
         for (var j = 0u; j < 4u; j++) {
             let byte = (word >> (j * 8u)) & 0xffu;
-            v[i * 4u + j] = d * f32(byte & 0xfu) + m;
-            v[i * 4u + j + 16u] = d * f32(byte >> 4u) + m;
+            (*q)[i * 4u + j] = i32(byte & 0xfu);
+            (*q)[i * 4u + j + 16u] = i32(byte >> 4u);
         }
     }
-    return v;
+    let d = bitcast<f32>(w[base]);
+    return vec2<f32>(d, bitcast<f32>(w[base + 1u]));
 }

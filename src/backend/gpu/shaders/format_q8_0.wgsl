@@ -1,5 +1,6 @@
 // Q8_0 repacked at upload: per block of 32, the scale as f32 then 32 signed bytes;
 // value = d * q.
+// block_quants gives the signed bytes and (d, 0): a block dots as d·dx·Σq·qx.
 const BLOCK_WORDS: u32 = 9u;
 
 fn weight_at(row: u32, col: u32, k: u32) -> f32 {
@@ -9,15 +10,13 @@ fn weight_at(row: u32, col: u32, k: u32) -> f32 {
     return bitcast<f32>(w[base]) * f32(q);
 }
 
-fn load_block(row: u32, blk: u32, k: u32) -> array<f32, 32> {
+fn block_quants(row: u32, blk: u32, k: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {
     let base = (row * (k / 32u) + blk) * BLOCK_WORDS;
-    let d = bitcast<f32>(w[base]);
-    var v: array<f32, 32>;
     for (var i = 0u; i < 8u; i++) {
         let word = bitcast<i32>(w[base + 1u + i]);
         for (var j = 0u; j < 4u; j++) {
-            v[i * 4u + j] = d * f32(extractBits(word, j * 8u, 8u));
+            (*q)[i * 4u + j] = extractBits(word, j * 8u, 8u);
         }
     }
-    return v;
+    return vec2<f32>(bitcast<f32>(w[base]), 0.0);
 }
