@@ -5,9 +5,10 @@
 //! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
 //! mid-sequence, with f32 and f16 caches.
 
+mod gpu_data;
 mod gpu_support;
 
-use gpu_support::{quantized, Lcg};
+use gpu_data::{quantized, Lcg};
 
 use std::collections::HashMap;
 use std::sync::Arc;

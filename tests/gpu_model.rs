@@ -3,11 +3,12 @@
 //! transfers happen in the middle of every layer; decode on the GPU compiles once and
 //! then hits, with dense (f32, f16) and with block-format weights.
 
+mod gpu_data;
 mod gpu_support;
 
 use std::sync::Arc;
 
-use gpu_support::{quantized, Lcg};
+use gpu_data::{quantized, Lcg};
 use half::f16;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, HostTensor, KvDType, SharedBytes};
 use switchyard::graph::{DType, OpKind};
