@@ -47,11 +47,28 @@ pub fn get_or_compile(
     context: &CompileContext<'_>,
     trace: impl FnOnce() -> Result<Graph, GraphError>,
 ) -> Result<Arc<Executor>, CompileError> {
+    get_or_compile_plan(cache, step, context, || {
+        let graph = eliminate_dead_code(&trace()?);
+        Ok(partition(
+            &graph,
+            &context.backends.capabilities(),
+            context.policy,
+        )?)
+    })
+}
+
+/// [`get_or_compile`] for a caller that plans the step itself (co-execution's split
+/// and single-backend arms): a step hit returns at once without calling `plan`.
+pub fn get_or_compile_plan(
+    cache: &mut GraphCache<Executor>,
+    step: &StepKey,
+    context: &CompileContext<'_>,
+    plan: impl FnOnce() -> Result<Plan, CompileError>,
+) -> Result<Arc<Executor>, CompileError> {
     cache.get_or_insert_with(
         step,
         |writer| {
-            let graph = eliminate_dead_code(&trace()?);
-            let plan: Plan = partition(&graph, &context.backends.capabilities(), context.policy)?;
+            let plan = plan()?;
             plan.write_canonical(writer);
             context.backends.write_canonical(writer);
             Ok::<_, CompileError>(plan)

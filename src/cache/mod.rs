@@ -10,7 +10,7 @@ mod stats;
 mod step_key;
 mod weight_store;
 
-pub use compile::{get_or_compile, CompileContext, CompileError};
+pub use compile::{get_or_compile, get_or_compile_plan, CompileContext, CompileError};
 pub use graph_cache::{CacheBudget, CacheEntry, GraphCache};
 pub use stats::CacheStats;
 pub use step_key::{fingerprint, Phase, StepKey};

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 /// A monotonic clock: time elapsed since the clock's own origin.
-pub trait Clock {
+pub trait Clock: Send + Sync {
     /// Time since this clock's origin; never decreases.
     fn now(&self) -> Duration;
 }

@@ -11,14 +11,18 @@
 //! - [`clock`] supplies the time: the system clock, or in tests a fake clock that
 //!   simulated backends advance by their modelled run time.
 //!
-//! **Invariant:** knows nothing of graphs, plans, executors or models: it sees shapes,
-//! backend ids and measured durations. Running a split, and deciding what an arm is,
-//! belongs to the caller.
+//! - [`split`] rewrites a graph so its prefill linears run as two row halves pinned on
+//!   two backends at once, joined by a concat.
+//!
+//! **Invariant:** knows graphs and plans, never models or kernels: calibration and the
+//! gate see shapes, backend ids and measured durations; what an arm is, and timing it,
+//! belongs to the caller (the model runner).
 
 pub mod calibrate;
 pub mod clock;
 pub mod fingerprint;
 pub mod gate;
+pub mod split;
 pub mod table;
 
 pub use calibrate::{calibrate, rows_bucket, Calibration, SplitKey, GRID_PERMILLE};
@@ -30,4 +34,5 @@ pub use gate::{
     ArmId, CallRecord, Choice, Decision, EventLog, Gate, GateConfig, GateError, GateReport,
     MemoryPressure, Reason,
 };
+pub use split::{split_graph, split_key, SplitGraph, SplitRule};
 pub use table::{table_path, CalibrationTable, LoadStatus, TableError, TABLE_FILE_NAME};

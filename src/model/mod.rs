@@ -1,5 +1,6 @@
 //! Model files, tokenizers, tracing and generation.
 
+mod coexec;
 mod error;
 mod generate;
 mod loader;
@@ -18,5 +19,6 @@ pub mod tokenizer;
 pub use error::ModelError;
 pub use generate::{generate, FinishReason, GenerateOptions, Generation, Timings, TopLogit};
 pub use loader::Model;
+pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use runner::{ModelWeights, PhaseStats, Placed, Runner, Sequence, PREFILL_CHUNK};
 pub use weights::{GgufWeights, HfWeights};

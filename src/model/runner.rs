@@ -4,14 +4,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
 use crate::cache::{
-    get_or_compile, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
-    WeightStore,
+    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache,
+    Phase, StepKey, WeightStore,
 };
+use crate::coexec::{Clock, MemoryPressure, SystemClock};
+use crate::graph::eliminate_dead_code;
 use crate::exec::Executor;
 use crate::plan::{Placement, Policy};
 
+use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
 use super::llama::{inputs, trace_step, LlamaConfig, WeightInfo};
 use super::ModelError;
 
@@ -40,6 +44,7 @@ pub struct Runner {
     prefill: PhaseStats,
     decode: PhaseStats,
     placement: [Placed; 2],
+    coexec: Coexec,
 }
 
 /// Compute nodes per backend name in a phase's most recently compiled plan.
@@ -96,13 +101,15 @@ impl Runner {
         context: usize,
     ) -> Runner {
         let store = WeightStore::new(weights.clone());
+        let policy = Policy::default();
+        let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
         Runner {
             config,
             weights,
             model_fingerprint,
             backends_fingerprint: backends.fingerprint(),
             backends,
-            policy: Policy::default(),
+            policy,
             store,
             cache: GraphCache::new(CacheBudget {
                 max_entries: 32,
@@ -113,7 +120,32 @@ impl Runner {
             prefill: PhaseStats::default(),
             decode: PhaseStats::default(),
             placement: Default::default(),
+            coexec,
         }
+    }
+
+    /// The same runner with prefill co-execution `mode` (decode never splits).
+    pub fn with_coexec(mut self, mode: CoexecMode) -> Runner {
+        self.coexec.mode = mode;
+        self
+    }
+
+    /// The same runner keeping split calibrations in `file` (`None`: in memory only)
+    /// instead of `$SWITCHYARD_HOME/calibration.json`.
+    pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
+        self.coexec.table_file = file;
+        self
+    }
+
+    /// The same runner timing co-execution arms with `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Runner {
+        self.coexec.clock = clock;
+        self
+    }
+
+    /// The co-execution gates' state and logs, per prefill bucket.
+    pub fn gate_reports(&self) -> Vec<BucketGate<'_>> {
+        self.coexec.reports()
     }
 
     /// The same runner planning with `policy` (tests force placements with it).
@@ -211,44 +243,8 @@ impl Runner {
                 chunk.len().next_power_of_two().min(PREFILL_CHUNK),
             )
         };
-        let step = StepKey {
-            model: self.model_fingerprint,
-            phase,
-            bucket: bucket as u32,
-            backends: self.backends_fingerprint,
-        };
-        let context = CompileContext {
-            backends: &self.backends,
-            policy: &self.policy,
-            weights: &self.store,
-        };
-        let (config, weights) = (&self.config, &self.weights);
-        let before = self.cache.stats();
-        let executor = get_or_compile(&mut self.cache, &step, &context, || {
-            trace_step(config, weights.as_ref(), bucket)
-        })?;
-        let after = self.cache.stats();
-        let phase_stats = match phase {
-            Phase::Prefill => &mut self.prefill,
-            Phase::Decode => &mut self.decode,
-        };
-        phase_stats.compiles += after.compiles - before.compiles;
-        phase_stats.hits += after.hits - before.hits;
-        phase_stats.misses += after.misses - before.misses;
-        if after.compiles > before.compiles {
-            let plan = executor.plan();
-            let mut placed = Placed::new();
-            for (node, at) in plan.graph.nodes().iter().zip(&plan.placement) {
-                let kind = node.op.kind();
-                if let (Placement::On(b), false) = (
-                    at,
-                    kind.is_source() || kind == crate::graph::OpKind::Transfer,
-                ) {
-                    *placed.entry(self.backends.name_of(*b)).or_default() += 1;
-                }
-            }
-            self.placement[matches!(phase, Phase::Decode) as usize] = placed;
-        }
+        let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
+        let executor = self.executor(phase, bucket, arm)?;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
         let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
@@ -262,8 +258,192 @@ impl Runner {
             kv_len: seq.len,
             kv: Some(&mut seq.kv),
         };
+        let started = self.coexec.clock.now();
         let outputs = executor.run(&step_inputs, &mut state)?;
+        if let Some(index) = gate_arm {
+            let took = self.coexec.clock.now().saturating_sub(started);
+            self.coexec.record(bucket as u32, index, took);
+        }
         seq.len += chunk.len();
         Ok(outputs[0].to_f32_vec()?)
     }
+
+    /// The executor of one step run as `arm`, compiled on a miss.
+    fn executor(&mut self, phase: Phase, bucket: usize, arm: Arm) -> Result<Arc<Executor>, ModelError> {
+        let variant = match arm {
+            Arm::Baseline => 0,
+            Arm::Split => arm.tag() ^ self.coexec.split_signature(),
+            _ => arm.tag(),
+        };
+        let step = StepKey {
+            model: self.model_fingerprint,
+            phase,
+            bucket: bucket as u32,
+            backends: self.backends_fingerprint ^ variant.rotate_left(17),
+        };
+        let context = CompileContext {
+            backends: &self.backends,
+            policy: &self.policy,
+            weights: &self.store,
+        };
+        let (config, weights) = (&self.config, &self.weights);
+        let (backends, policy, pair) = (&self.backends, &self.policy, self.coexec.pair);
+        let table = self.coexec.loaded_table();
+        let before = self.cache.stats();
+        let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
+            let graph = eliminate_dead_code(&trace_step(config, weights.as_ref(), bucket)?);
+            coexec::plan_arm(&graph, arm, backends, policy, pair, table)
+        })?;
+        let after = self.cache.stats();
+        let phase_stats = match phase {
+            Phase::Prefill => &mut self.prefill,
+            Phase::Decode => &mut self.decode,
+        };
+        phase_stats.compiles += after.compiles - before.compiles;
+        phase_stats.hits += after.hits - before.hits;
+        phase_stats.misses += after.misses - before.misses;
+        if after.compiles > before.compiles {
+            self.placement[matches!(phase, Phase::Decode) as usize] =
+                placed(executor.plan(), &self.backends);
+        }
+        Ok(executor)
+    }
+
+    /// Which arm runs this step, and its index in the bucket's gate when the gate chose.
+    fn choose_arm(&mut self, phase: Phase, bucket: u32) -> Result<(Arm, Option<usize>), ModelError> {
+        let mode = self.coexec.mode;
+        if phase == Phase::Decode || mode == CoexecMode::Off || self.coexec.pair.is_none() {
+            return Ok((Arm::Baseline, None));
+        }
+        self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
+        if mode == CoexecMode::Split {
+            return Ok((Arm::Split, None));
+        }
+        if !self.coexec.has_gate(bucket) {
+            let (arms, pressure) = self.arms(bucket as usize)?;
+            let names = arms.iter().map(|a| a.name(&self.backends)).collect();
+            self.coexec.add_gate(bucket, arms, names, pressure)?;
+        }
+        Ok(match self.coexec.choose(bucket) {
+            Some((arm, index)) => (arm, Some(index)),
+            None => (Arm::Baseline, None),
+        })
+    }
+
+    /// The arms worth offering for a prefill bucket: the baseline, the split when some
+    /// linear calibrated to a non-zero ratio, and each single-backend plan that can run
+    /// the whole step and differs from the baseline. Memory pressure when the weights
+    /// in every space the arms use exceed the memory available.
+    fn arms(&self, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
+        let graph = eliminate_dead_code(
+            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(crate::cache::CompileError::from)?,
+        );
+        let baseline = crate::plan::partition(&graph, &self.backends.capabilities(), &self.policy)
+            .map_err(crate::cache::CompileError::from)?;
+        let mut arms = vec![Arm::Baseline];
+        let split_pays = self
+            .coexec
+            .loaded_table()
+            .is_some_and(|t| t.calibrations().any(|c| c.rho_permille() > 0));
+        if split_pays {
+            arms.push(Arm::Split);
+        }
+        for b in self.backends.iter().map(|b| b.id()) {
+            if coexec::runs_everything(&graph, &self.backends, b) && !coexec::all_on(&baseline, b) {
+                arms.push(Arm::Only(b));
+            }
+        }
+        let needed = coexec::weight_bytes(&graph) * self.backends.iter().count();
+        let pressure = match available_memory() {
+            Some(available) if needed > available => MemoryPressure::Present,
+            _ => MemoryPressure::Absent,
+        };
+        Ok((arms, pressure))
+    }
+
+    /// Makes sure every splittable linear of the prefill `bucket` has a calibrated ratio
+    /// (all of them again when `force`), timing `reps` runs per grid point; reports
+    /// `(shape, done, total)` as it goes, and persists the table.
+    fn ensure_calibrated(
+        &mut self,
+        bucket: usize,
+        force: bool,
+        reps: u32,
+        progress: &mut dyn FnMut(&crate::coexec::SplitKey, usize, usize),
+    ) -> Result<(), ModelError> {
+        let Some(pair) = self.coexec.pair else {
+            return Ok(());
+        };
+        if !force && self.coexec.calibrated.contains(&(bucket as u32)) {
+            return Ok(());
+        }
+        let graph = eliminate_dead_code(
+            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(crate::cache::CompileError::from)?,
+        );
+        let Some(rule) = coexec::rule(&self.backends, pair) else {
+            return Ok(());
+        };
+        let shapes = coexec::split_shapes(&graph, &rule);
+        let fingerprint = coexec::hardware(&self.backends, pair);
+        let reps = std::num::NonZeroU32::new(reps.max(1)).expect("at least one");
+        let mut changed = false;
+        for (key, (name, m)) in shapes {
+            if !force && self.coexec.table(&fingerprint).get(&key).is_some() {
+                continue;
+            }
+            log::info!("calibrating the row split of {key:?}");
+            let calibration = coexec::calibrate_shape(
+                &key,
+                &name,
+                m,
+                &self.backends,
+                &self.store,
+                self.coexec.clock.as_ref(),
+                reps,
+                &mut |done, total| progress(&key, done, total),
+            )?;
+            self.coexec.table(&fingerprint).insert(calibration);
+            changed = true;
+        }
+        if changed {
+            self.coexec.save();
+        }
+        self.coexec.calibrated.insert(bucket as u32);
+        Ok(())
+    }
+
+    /// Calibrates every prefill bucket that can split (`reps` timed runs per grid point),
+    /// replacing earlier calibrations, and saves the table. Returns the table.
+    pub fn calibrate(
+        &mut self,
+        reps: u32,
+        progress: &mut dyn FnMut(&crate::coexec::SplitKey, usize, usize),
+    ) -> Result<Option<&crate::coexec::CalibrationTable>, ModelError> {
+        let mut bucket = PREFILL_CHUNK;
+        while bucket >= coexec::MIN_SPLIT_ROWS {
+            self.ensure_calibrated(bucket, true, reps, progress)?;
+            bucket /= 2;
+        }
+        Ok(self.coexec.loaded_table())
+    }
+}
+
+/// Compute nodes per backend name in `plan`.
+fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
+    let mut placed = Placed::new();
+    for (node, at) in plan.graph.nodes().iter().zip(&plan.placement) {
+        let kind = node.op.kind();
+        if let (Placement::On(b), false) = (at, kind.is_source() || kind == crate::graph::OpKind::Transfer) {
+            *placed.entry(backends.name_of(*b)).or_default() += 1;
+        }
+    }
+    placed
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes, where readable.
+fn available_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -193,6 +193,7 @@ fn reason_text(r: &Reason, names: &dyn Fn(BackendId) -> String) -> String {
             names(*from)
         ),
         Reason::Transfer => "transfer".to_string(),
+        Reason::Pinned => "pinned: half of a row split".to_string(),
     }
 }
 

@@ -12,7 +12,7 @@ mod smooth;
 mod testutil;
 
 pub use explain::{to_dot, to_text};
-pub use partition::partition;
+pub use partition::{partition, partition_pinned, Pins};
 
 use serde::Serialize;
 
@@ -64,6 +64,9 @@ pub enum Reason {
     },
     /// A transfer inserted on a cross-backend edge.
     Transfer,
+    /// Pinned by the caller: one half of a row-split linear (co-execution), which
+    /// runs alone in its partition so the two halves overlap.
+    Pinned,
 }
 
 /// A contiguous range of the planned graph's nodes run by one backend.

@@ -8,6 +8,9 @@ use super::{smooth, Partition, Placement, Plan, PlanError, Policy, Reason, Trans
 use crate::backend::{BackendId, Capability, Refusal};
 use crate::graph::{DType, Graph, Node, Op, OpKind, ValueId};
 
+/// Nodes of a graph placed by the caller instead of by capability priority.
+pub type Pins = BTreeMap<ValueId, BackendId>;
+
 /// Plans `graph` over `backends`: the planned graph with transfers inserted, each
 /// node's placement and reason, the partitions and the transfers. The order of
 /// `backends` does not matter; equal priorities go to the lower [`BackendId`].
@@ -15,6 +18,18 @@ pub fn partition(
     graph: &Graph,
     backends: &[(BackendId, &Capability)],
     policy: &Policy,
+) -> Result<Plan, PlanError> {
+    partition_pinned(graph, backends, policy, &Pins::new())
+}
+
+/// [`partition`] with some nodes pinned to a backend (which must support them). A
+/// pinned node is never smoothed away and forms a partition of its own, so a split
+/// linear's two halves are separate partitions that can run at the same time.
+pub fn partition_pinned(
+    graph: &Graph,
+    backends: &[(BackendId, &Capability)],
+    policy: &Policy,
+    pins: &Pins,
 ) -> Result<Plan, PlanError> {
     let mut backends = backends.to_vec();
     backends.sort_by_key(|&(id, _)| id);
@@ -30,8 +45,9 @@ pub fn partition(
     // (2) Smooth: short runs on fast backends go back to the fallback when their
     //     transfers cost more than they save.
     smooth::smooth(graph, &backends, policy, &mut placement, &mut why);
+    pin(graph, &backends, pins, &mut placement, &mut why)?;
     // (3) Merge consecutive compute nodes with equal placement into partitions.
-    let groups = merge(graph, &placement);
+    let groups = merge(graph, &placement, pins);
     // (4) Build the planned graph, inserting transfers on cross-backend edges.
     Ok(build(graph, &backends, &placement, &why, &groups))
 }
@@ -100,9 +116,40 @@ fn choose(
     Ok((Placement::On(chosen), Reason::Preferred { refused }))
 }
 
-/// Pass 3: maximal groups of consecutive compute nodes (original order) on one backend.
-fn merge(graph: &Graph, placement: &[Placement]) -> Vec<(BackendId, Vec<ValueId>)> {
+/// Applies `pins` after smoothing, checking that each pinned backend supports its node.
+fn pin(
+    graph: &Graph,
+    backends: &[(BackendId, &Capability)],
+    pins: &Pins,
+    placement: &mut [Placement],
+    why: &mut [Reason],
+) -> Result<(), PlanError> {
+    for (&id, &b) in pins {
+        if id.index() >= graph.len() || graph.node(id).op.kind().is_source() {
+            continue;
+        }
+        let refusal = match lookup(backends, b) {
+            Some(cap) => cap.supports(graph, id).err(),
+            None => Some(Refusal::Op(graph.node(id).op.kind())),
+        };
+        if let Some(refusal) = refusal {
+            return Err(PlanError::Unplaceable {
+                node: id,
+                op: graph.node(id).op.kind(),
+                refusals: vec![(b, refusal)],
+            });
+        }
+        placement[id.index()] = Placement::On(b);
+        why[id.index()] = Reason::Pinned;
+    }
+    Ok(())
+}
+
+/// Pass 3: maximal groups of consecutive compute nodes (original order) on one backend;
+/// a pinned node is a group of its own.
+fn merge(graph: &Graph, placement: &[Placement], pins: &Pins) -> Vec<(BackendId, Vec<ValueId>)> {
     let mut groups: Vec<(BackendId, Vec<ValueId>)> = Vec::new();
+    let mut after_pin = false;
     for id in graph.ids() {
         let Placement::On(b) = placement[id.index()] else {
             continue;
@@ -110,10 +157,12 @@ fn merge(graph: &Graph, placement: &[Placement]) -> Vec<(BackendId, Vec<ValueId>
         if graph.node(id).op.kind().is_source() {
             continue;
         }
+        let pinned = pins.contains_key(&id);
         match groups.last_mut() {
-            Some((last, nodes)) if *last == b => nodes.push(id),
+            Some((last, nodes)) if *last == b && !pinned && !after_pin => nodes.push(id),
             _ => groups.push((b, vec![id])),
         }
+        after_pin = pinned;
     }
     groups
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::{generate, GenerateOptions, Generation, PhaseStats};
+use switchyard::model::{generate, BucketGate, GenerateOptions, Generation, PhaseStats, Placed};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -47,6 +47,15 @@ struct JsonReport<'a> {
     #[serde(flatten)]
     generation: &'a Generation,
     cache: CacheReport,
+    placement: PlacementReport<'a>,
+    coexec: Vec<BucketGate<'a>>,
+}
+
+/// Compute nodes per backend in the latest prefill and decode plans.
+#[derive(Serialize)]
+struct PlacementReport<'a> {
+    prefill: &'a Placed,
+    decode: &'a Placed,
 }
 
 #[derive(Serialize)]
@@ -117,7 +126,13 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     if json {
         let stats = runner.cache_stats();
         let (prefill, decode) = runner.phase_stats();
+        let (prefill_placed, decode_placed) = runner.placement();
         let report = JsonReport {
+            placement: PlacementReport {
+                prefill: prefill_placed,
+                decode: decode_placed,
+            },
+            coexec: runner.gate_reports(),
             generation: &generation,
             cache: CacheReport {
                 compiles: stats.compiles,

@@ -2,6 +2,7 @@
 //! its tokens, `plan` shows placement, `doctor` reports backends.
 
 mod bench_cmd;
+mod calibrate_cmd;
 mod chat_cmd;
 mod demo;
 mod doctor;
@@ -40,6 +41,9 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Measure prompt (ppN) and generation (tgN) speed like llama-bench.
     Bench(bench_cmd::BenchArgs),
+    /// Calibrate prefill co-execution: time the CPU+GPU row split of every linear shape
+    /// over ratios 0–0.5 and save the fastest (done lazily on first use otherwise).
+    Calibrate(calibrate_cmd::CalibrateArgs),
 }
 
 fn main() {
@@ -54,6 +58,7 @@ fn main() {
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Serve(args) => serve_cmd::run(&args),
         Command::Bench(args) => bench_cmd::run(&args),
+        Command::Calibrate(args) => calibrate_cmd::run(&args),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

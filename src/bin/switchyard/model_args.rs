@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KvDType};
-use switchyard::model::{fetch, Model, Runner};
+use switchyard::model::{fetch, CoexecMode, Model, Runner};
 
 /// KV cache element type, as a flag value.
 #[derive(Clone, Copy, ValueEnum)]
@@ -42,6 +42,33 @@ pub struct ModelArgs {
     /// only. Nodes go to the highest-priority listed backend that can run them.
     #[arg(long, default_value = "auto", value_name = "LIST")]
     pub backends: String,
+    /// Prefill co-execution with a second backend: `gate` measures the plain plan, the
+    /// row split (large linears split by rows across CPU and GPU at once, ratios
+    /// calibrated on first use) and single-backend plans, and keeps the fastest, never
+    /// losing to the plain plan; `split` always splits; `off` never. Decode never splits.
+    #[arg(long, value_enum, default_value_t = CoexecFlag::Gate, value_name = "MODE")]
+    pub coexec: CoexecFlag,
+}
+
+/// Co-execution mode, as a flag value.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum CoexecFlag {
+    /// The capability-greedy plan only.
+    Off,
+    /// The no-regression gate picks the arm by measurement.
+    Gate,
+    /// Always the row split.
+    Split,
+}
+
+impl From<CoexecFlag> for CoexecMode {
+    fn from(flag: CoexecFlag) -> CoexecMode {
+        match flag {
+            CoexecFlag::Off => CoexecMode::Off,
+            CoexecFlag::Gate => CoexecMode::Gate,
+            CoexecFlag::Split => CoexecMode::Split,
+        }
+    }
 }
 
 impl ModelArgs {
@@ -83,7 +110,8 @@ impl ModelArgs {
             self.backend_set()?,
             ctx,
         )
-        .with_kv_dtype(kv_dtype);
+        .with_kv_dtype(kv_dtype)
+        .with_coexec(self.coexec.into());
         Ok((model, runner))
     }
 }
