@@ -81,7 +81,13 @@ pub fn split_graph(
             (r > 0 && r < m).then_some((key, m, r))
         });
         let Some((key, m, r)) = rows else {
-            new_id.push(push(&mut nodes, Node { inputs, ..old.clone() }));
+            new_id.push(push(
+                &mut nodes,
+                Node {
+                    inputs,
+                    ..old.clone()
+                },
+            ));
             continue;
         };
         let (x, w) = (inputs[0], inputs[1]);

@@ -19,7 +19,7 @@ use crate::coexec::{
 };
 use crate::exec::Executor;
 use crate::graph::{DType, Graph, GraphBuilder, Op, OpKind};
-use crate::plan::{partition, partition_pinned, Placement, Plan, Pins, Policy};
+use crate::plan::{partition, partition_pinned, Pins, Placement, Plan, Policy};
 
 use super::ModelError;
 
@@ -87,6 +87,8 @@ pub(super) struct Coexec {
     table: Option<CalibrationTable>,
     /// Where the table persists (`None`: in memory only).
     pub table_file: Option<PathBuf>,
+    /// A ratio (permille on the CPU) used for every split instead of calibrations.
+    pub fixed_rho: Option<u16>,
     gates: BTreeMap<u32, (Vec<Arm>, Gate)>,
     /// Prefill buckets whose shapes have calibrations.
     pub calibrated: std::collections::BTreeSet<u32>,
@@ -105,6 +107,7 @@ impl Coexec {
             pair: other.map(|b| (fallback, b)),
             table: None,
             table_file: calibration_path(),
+            fixed_rho: None,
             gates: BTreeMap::new(),
             calibrated: Default::default(),
             clock,
@@ -150,7 +153,7 @@ impl Coexec {
 
     /// A fingerprint of the calibrated ratios, folded into the split arm's step keys.
     pub fn split_signature(&self) -> u64 {
-        let mut text = String::new();
+        let mut text = format!("fixed={:?};", self.fixed_rho);
         for c in self.table.iter().flat_map(|t| t.calibrations()) {
             text.push_str(&format!("{:?}={};", c.key(), c.rho_permille()));
         }
@@ -160,6 +163,23 @@ impl Coexec {
     /// The table, once loaded.
     pub fn loaded_table(&self) -> Option<&CalibrationTable> {
         self.table.as_ref()
+    }
+
+    /// Whether some linear would split: a fixed ratio above zero, or a calibrated one.
+    pub fn split_pays(&self) -> bool {
+        match self.fixed_rho {
+            Some(rho) => rho > 0,
+            None => self
+                .table
+                .as_ref()
+                .is_some_and(|t| t.calibrations().any(|c| c.rho_permille() > 0)),
+        }
+    }
+
+    /// The ratio for a split shape: the fixed one, else the calibrated one.
+    pub fn rho(&self, key: &SplitKey) -> Option<u16> {
+        self.fixed_rho
+            .or_else(|| self.table.as_ref()?.get(key).map(Calibration::rho_permille))
     }
 
     /// Records the measured time of the arm the gate chose for `bucket`.
@@ -204,7 +224,9 @@ impl Coexec {
 
 /// Where calibrations persist by default: `$SWITCHYARD_HOME/calibration.json`.
 fn calibration_path() -> Option<PathBuf> {
-    super::fetch::switchyard_home().ok().map(|home| table_path(&home))
+    super::fetch::switchyard_home()
+        .ok()
+        .map(|home| table_path(&home))
 }
 
 /// The machine's fingerprint: the CPU's and the other backend's detected versions.
@@ -222,10 +244,16 @@ pub(super) fn hardware(backends: &BackendSet, pair: (BackendId, BackendId)) -> H
 }
 
 /// The split rule for `pair` over `backends`.
-pub(super) fn rule<'a>(backends: &'a BackendSet, pair: (BackendId, BackendId)) -> Option<SplitRule<'a>> {
+pub(super) fn rule<'a>(
+    backends: &'a BackendSet,
+    pair: (BackendId, BackendId),
+) -> Option<SplitRule<'a>> {
     Some(SplitRule {
         pair,
-        capabilities: (backends.get(pair.0)?.capability(), backends.get(pair.1)?.capability()),
+        capabilities: (
+            backends.get(pair.0)?.capability(),
+            backends.get(pair.1)?.capability(),
+        ),
         min_rows: MIN_SPLIT_ROWS,
     })
 }
@@ -236,8 +264,7 @@ pub(super) fn plan_arm(
     arm: Arm,
     backends: &BackendSet,
     policy: &Policy,
-    pair: Option<(BackendId, BackendId)>,
-    table: Option<&CalibrationTable>,
+    coexec: &Coexec,
 ) -> Result<Plan, CompileError> {
     let all = backends.capabilities();
     Ok(match arm {
@@ -255,13 +282,10 @@ pub(super) fn plan_arm(
             partition_pinned(graph, &all, policy, &pins)?
         }
         Arm::Split => {
-            let (Some(pair), Some(table)) = (pair, table) else {
+            let Some(rule) = coexec.pair.and_then(|pair| rule(backends, pair)) else {
                 return Ok(partition(graph, &all, policy)?);
             };
-            let Some(rule) = rule(backends, pair) else {
-                return Ok(partition(graph, &all, policy)?);
-            };
-            let split = split_graph(graph, &rule, |key| table.get(key).map(Calibration::rho_permille))?;
+            let split = split_graph(graph, &rule, |key| coexec.rho(key))?;
             partition_pinned(&split.graph, &all, policy, &split.pins)?
         }
     })
@@ -283,7 +307,11 @@ pub(super) fn all_on(plan: &Plan, b: BackendId) -> bool {
         .nodes()
         .iter()
         .zip(&plan.placement)
-        .all(|(node, at)| node.op.kind().is_source() || node.op.kind() == OpKind::Transfer || *at == Placement::On(b))
+        .all(|(node, at)| {
+            node.op.kind().is_source()
+                || node.op.kind() == OpKind::Transfer
+                || *at == Placement::On(b)
+        })
 }
 
 /// Bytes of the weights `graph` reads.
@@ -298,7 +326,10 @@ pub(super) fn weight_bytes(graph: &Graph) -> usize {
 
 /// The split linears of `graph`: each shape class with the name of one weight of it
 /// and its row count.
-pub(super) fn split_shapes(graph: &Graph, rule: &SplitRule<'_>) -> BTreeMap<SplitKey, (String, usize)> {
+pub(super) fn split_shapes(
+    graph: &Graph,
+    rule: &SplitRule<'_>,
+) -> BTreeMap<SplitKey, (String, usize)> {
     let mut shapes = BTreeMap::new();
     for id in graph.ids() {
         if let Some((key, m)) = split_key(graph, id, rule) {
@@ -330,12 +361,15 @@ pub(super) fn calibrate_shape(
     let w = b.weight(name, key.dtype(), [n, k]).map_err(graph_error)?;
     let y = b.matmul(x, w).map_err(graph_error)?;
     let graph = b.finish(vec![y]).map_err(graph_error)?;
-    let rule = rule(backends, key.pair()).ok_or_else(|| ModelError::Input("co-execution pair is missing".into()))?;
+    let rule = rule(backends, key.pair())
+        .ok_or_else(|| ModelError::Input("co-execution pair is missing".into()))?;
     let policy = Policy {
         min_run: 0,
         ..Policy::default()
     };
-    let values: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let values: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
     let input = Tensor::from_f32([m, k], &values)?;
     let measure = |rho: u16| -> Result<Duration, ModelError> {
         let split = split_graph(&graph, &rule, |_| Some(rho)).map_err(graph_error)?;

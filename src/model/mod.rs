@@ -16,9 +16,9 @@ pub mod safetensors;
 pub mod sampler;
 pub mod tokenizer;
 
+pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use error::ModelError;
 pub use generate::{generate, FinishReason, GenerateOptions, Generation, Timings, TopLogit};
 pub use loader::Model;
-pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use runner::{ModelWeights, PhaseStats, Placed, Runner, Sequence, PREFILL_CHUNK};
 pub use weights::{GgufWeights, HfWeights};

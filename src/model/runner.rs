@@ -4,15 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
 use crate::cache::{
-    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache,
-    Phase, StepKey, WeightStore,
+    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
+    WeightStore,
 };
 use crate::coexec::{Clock, MemoryPressure, SystemClock};
-use crate::graph::eliminate_dead_code;
 use crate::exec::Executor;
+use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
@@ -134,6 +133,13 @@ impl Runner {
     /// instead of `$SWITCHYARD_HOME/calibration.json`.
     pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
         self.coexec.table_file = file;
+        self
+    }
+
+    /// The same runner splitting every splittable prefill linear at `rho_permille`
+    /// thousandths of its rows on the CPU, without calibrating.
+    pub fn with_split_ratio(mut self, rho_permille: u16) -> Runner {
+        self.coexec.fixed_rho = Some(rho_permille.min(1000));
         self
     }
 
@@ -269,7 +275,12 @@ impl Runner {
     }
 
     /// The executor of one step run as `arm`, compiled on a miss.
-    fn executor(&mut self, phase: Phase, bucket: usize, arm: Arm) -> Result<Arc<Executor>, ModelError> {
+    fn executor(
+        &mut self,
+        phase: Phase,
+        bucket: usize,
+        arm: Arm,
+    ) -> Result<Arc<Executor>, ModelError> {
         let variant = match arm {
             Arm::Baseline => 0,
             Arm::Split => arm.tag() ^ self.coexec.split_signature(),
@@ -287,12 +298,11 @@ impl Runner {
             weights: &self.store,
         };
         let (config, weights) = (&self.config, &self.weights);
-        let (backends, policy, pair) = (&self.backends, &self.policy, self.coexec.pair);
-        let table = self.coexec.loaded_table();
+        let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
             let graph = eliminate_dead_code(&trace_step(config, weights.as_ref(), bucket)?);
-            coexec::plan_arm(&graph, arm, backends, policy, pair, table)
+            coexec::plan_arm(&graph, arm, backends, policy, coexec)
         })?;
         let after = self.cache.stats();
         let phase_stats = match phase {
@@ -310,7 +320,11 @@ impl Runner {
     }
 
     /// Which arm runs this step, and its index in the bucket's gate when the gate chose.
-    fn choose_arm(&mut self, phase: Phase, bucket: u32) -> Result<(Arm, Option<usize>), ModelError> {
+    fn choose_arm(
+        &mut self,
+        phase: Phase,
+        bucket: u32,
+    ) -> Result<(Arm, Option<usize>), ModelError> {
         let mode = self.coexec.mode;
         if phase == Phase::Decode || mode == CoexecMode::Off || self.coexec.pair.is_none() {
             return Ok((Arm::Baseline, None));
@@ -336,16 +350,13 @@ impl Runner {
     /// in every space the arms use exceed the memory available.
     fn arms(&self, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
         let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(crate::cache::CompileError::from)?,
+            &trace_step(&self.config, self.weights.as_ref(), bucket)
+                .map_err(crate::cache::CompileError::from)?,
         );
         let baseline = crate::plan::partition(&graph, &self.backends.capabilities(), &self.policy)
             .map_err(crate::cache::CompileError::from)?;
         let mut arms = vec![Arm::Baseline];
-        let split_pays = self
-            .coexec
-            .loaded_table()
-            .is_some_and(|t| t.calibrations().any(|c| c.rho_permille() > 0));
-        if split_pays {
+        if self.coexec.split_pays() {
             arms.push(Arm::Split);
         }
         for b in self.backends.iter().map(|b| b.id()) {
@@ -374,11 +385,14 @@ impl Runner {
         let Some(pair) = self.coexec.pair else {
             return Ok(());
         };
-        if !force && self.coexec.calibrated.contains(&(bucket as u32)) {
+        if self.coexec.fixed_rho.is_some()
+            || (!force && self.coexec.calibrated.contains(&(bucket as u32)))
+        {
             return Ok(());
         }
         let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(crate::cache::CompileError::from)?,
+            &trace_step(&self.config, self.weights.as_ref(), bucket)
+                .map_err(crate::cache::CompileError::from)?,
         );
         let Some(rule) = coexec::rule(&self.backends, pair) else {
             return Ok(());
@@ -433,7 +447,10 @@ fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
     let mut placed = Placed::new();
     for (node, at) in plan.graph.nodes().iter().zip(&plan.placement) {
         let kind = node.op.kind();
-        if let (Placement::On(b), false) = (at, kind.is_source() || kind == crate::graph::OpKind::Transfer) {
+        if let (Placement::On(b), false) = (
+            at,
+            kind.is_source() || kind == crate::graph::OpKind::Transfer,
+        ) {
             *placed.entry(backends.name_of(*b)).or_default() += 1;
         }
     }
