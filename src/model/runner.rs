@@ -149,6 +149,11 @@ impl Runner {
         self
     }
 
+    /// The backends this runner plans over.
+    pub fn backends(&self) -> &BackendSet {
+        &self.backends
+    }
+
     /// The co-execution gates' state and logs, per prefill bucket.
     pub fn gate_reports(&self) -> Vec<BucketGate<'_>> {
         self.coexec.reports()

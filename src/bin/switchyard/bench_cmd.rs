@@ -139,7 +139,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             d_model: model.config.d_model,
             vocab_size: model.config.vocab_size,
         },
-        backends: args.model.backends.clone(),
+        backends: runner
+            .backends()
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         threads,
         reps: args.reps,
         results,
