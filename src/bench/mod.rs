@@ -1,6 +1,8 @@
-//! Benchmarks in the style of `llama-bench`: the environment stamp ([`env`]), summary
-//! statistics ([`stats`]) and prompt/generation speed of a model ([`llm`]).
+//! Benchmarks in the style of `llama-bench`: the environment stamp ([`env`](mod@env), with
+//! [`sensors`] for power and temperatures), summary statistics ([`stats`]) and
+//! prompt/generation speed of a model ([`llm`]).
 
 pub mod env;
 pub mod llm;
+pub mod sensors;
 pub mod stats;
