@@ -1,9 +1,12 @@
-//! The environment a benchmark ran in — CPU, cores, SIMD, OS, memory, load, build —
-//! stamped at its start so that results from different machines and days compare.
-//! `/proc` text is parsed by pure functions; anything unreadable becomes `None`.
+//! The environment a benchmark ran in — CPU, cores, SIMD, GPU, OS, memory, load, power,
+//! temperatures, build, model — stamped at its start so that results from different
+//! machines and days compare. `/proc` text is parsed by pure functions; anything
+//! unreadable becomes `None`. What only the caller knows (the GPU adapter, the model's
+//! hash) comes in as [`CallerFacts`], so this module never opens a device or a model.
 
 use serde::Serialize;
 
+use super::sensors::{self, PowerSource, PowerSupply, ThermalZone};
 use crate::backend::cpu::threads::parse_physical_cores;
 
 /// Where and with what a benchmark ran.
@@ -19,26 +22,61 @@ pub struct EnvStamp {
     pub cores_logical: usize,
     /// SIMD features detected at run time (e.g. `avx2`, `fma`, `neon`).
     pub simd: Vec<&'static str>,
+    /// GPU adapter name, as the caller's backend reported it.
+    pub gpu_adapter: Option<String>,
+    /// GPU driver name and version, as the caller's backend reported it.
+    pub gpu_driver: Option<String>,
     /// Operating system (`linux`, `macos`, ...).
     pub os: &'static str,
+    /// Kernel name (`/proc/sys/kernel/ostype`, e.g. `Linux`).
+    pub os_type: Option<String>,
     /// CPU architecture (`x86_64`, `aarch64`, ...).
     pub arch: &'static str,
-    /// Kernel release (`/proc/sys/kernel/osrelease`).
+    /// Kernel release (`/proc/sys/kernel/osrelease`, else from `/proc/version`).
     pub kernel: Option<String>,
+    /// Installed memory, in bytes (`MemTotal`).
+    pub mem_total_bytes: Option<u64>,
     /// Memory available for new work, in bytes (`MemAvailable`).
     pub mem_available_bytes: Option<u64>,
     /// Load average over 1, 5 and 15 minutes.
     pub loadavg: Option<[f64; 3]>,
+    /// Mains or battery, from the power supplies.
+    pub power_source: PowerSource,
+    /// Every power supply listed, with battery status and charge.
+    pub power_supplies: Vec<PowerSupply>,
+    /// Every thermal zone listed, with its temperature.
+    pub thermal_zones: Vec<ThermalZone>,
     /// Switchyard's version.
     pub version: &'static str,
     /// Git commit the library was built from.
     pub git_commit: &'static str,
+    /// SHA-256 of the model file, as the caller computed it.
+    pub model_sha256: Option<String>,
+}
+
+/// Facts for the stamp that only the caller can know: this module does not open GPU
+/// devices or hash model files itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallerFacts {
+    /// GPU adapter name (e.g. from the wgpu adapter info).
+    pub gpu_adapter: Option<String>,
+    /// GPU driver name and version.
+    pub gpu_driver: Option<String>,
+    /// SHA-256 of the model file, hex.
+    pub model_sha256: Option<String>,
 }
 
 impl EnvStamp {
-    /// Takes the stamp now.
+    /// Takes the stamp now, without GPU or model facts.
     pub fn capture() -> EnvStamp {
+        EnvStamp::capture_with(CallerFacts::default())
+    }
+
+    /// Takes the stamp now, adding the caller's GPU and model facts.
+    pub fn capture_with(facts: CallerFacts) -> EnvStamp {
         let cpuinfo = read("/proc/cpuinfo");
+        let meminfo = read("/proc/meminfo");
+        let power_supplies = sensors::read_power_supplies();
         EnvStamp {
             unix_time: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -47,15 +85,31 @@ impl EnvStamp {
             cores_physical: cpuinfo.as_deref().and_then(parse_physical_cores),
             cores_logical: std::thread::available_parallelism().map_or(1, |n| n.get()),
             simd: simd_features(),
+            gpu_adapter: facts.gpu_adapter,
+            gpu_driver: facts.gpu_driver,
             os: std::env::consts::OS,
             arch: std::env::consts::ARCH,
-            kernel: read("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()),
-            mem_available_bytes: read("/proc/meminfo")
+            os_type: read("/proc/sys/kernel/ostype").map(|s| s.trim().to_string()),
+            kernel: read("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .or_else(|| {
+                    read("/proc/version")
+                        .as_deref()
+                        .and_then(parse_proc_version)
+                }),
+            mem_total_bytes: meminfo
+                .as_deref()
+                .and_then(|t| parse_kib_field(t, "MemTotal")),
+            mem_available_bytes: meminfo
                 .as_deref()
                 .and_then(|t| parse_kib_field(t, "MemAvailable")),
             loadavg: read("/proc/loadavg").as_deref().and_then(parse_loadavg),
+            power_source: sensors::power_source(&power_supplies),
+            power_supplies,
+            thermal_zones: sensors::read_thermal_zones(),
             version: env!("CARGO_PKG_VERSION"),
             git_commit: env!("SWITCHYARD_GIT_COMMIT"),
+            model_sha256: facts.model_sha256,
         }
     }
 }
@@ -117,6 +171,15 @@ pub fn parse_kib_field(text: &str, key: &str) -> Option<u64> {
 pub fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
     let mut it = text.split_whitespace().map(|s| s.parse::<f64>().ok());
     Some([it.next()??, it.next()??, it.next()??])
+}
+
+/// The kernel release in `/proc/version` text (`Linux version 6.8.0-45-generic (...) ...`).
+pub fn parse_proc_version(text: &str) -> Option<String> {
+    let mut words = text.split_whitespace().skip(1);
+    if words.next()? != "version" {
+        return None;
+    }
+    words.next().map(str::to_string)
 }
 
 /// The value of a `key : value` line when its key is `key`.
@@ -182,6 +245,33 @@ mod tests {
     }
 
     #[test]
+    fn proc_version_gives_the_release() {
+        let text = "Linux version 6.8.0-45-generic (buildd@lcy02) (gcc 13.2.0) #45-Ubuntu SMP\n";
+        assert_eq!(
+            parse_proc_version(text).as_deref(),
+            Some("6.8.0-45-generic")
+        );
+        assert_eq!(parse_proc_version("Linux 6.8.0"), None);
+        assert_eq!(parse_proc_version(""), None);
+    }
+
+    #[test]
+    fn caller_facts_reach_the_stamp() {
+        let stamp = EnvStamp::capture_with(CallerFacts {
+            gpu_adapter: Some("llvmpipe (LLVM 17.0.6, 256 bits)".into()),
+            gpu_driver: Some("llvmpipe Mesa 24.0".into()),
+            model_sha256: Some("ab".repeat(32)),
+        });
+        assert_eq!(
+            stamp.gpu_adapter.as_deref(),
+            Some("llvmpipe (LLVM 17.0.6, 256 bits)")
+        );
+        assert_eq!(stamp.gpu_driver.as_deref(), Some("llvmpipe Mesa 24.0"));
+        assert_eq!(stamp.model_sha256, Some("ab".repeat(32)));
+        assert_eq!(EnvStamp::capture().gpu_adapter, None);
+    }
+
+    #[test]
     fn capture_fills_what_every_os_knows() {
         let stamp = EnvStamp::capture();
         assert!(stamp.cores_logical >= 1);
@@ -189,6 +279,8 @@ mod tests {
         assert!(!stamp.git_commit.is_empty());
         if cfg!(target_os = "linux") {
             assert!(stamp.kernel.is_some());
+            assert_eq!(stamp.os_type.as_deref(), Some("Linux"));
+            assert!(stamp.mem_total_bytes >= stamp.mem_available_bytes);
             assert!(peak_rss_bytes().is_some_and(|b| b > 0));
         }
     }
