@@ -4,6 +4,7 @@
 //! to 8 bits, as both backends do), and embeddings against exact dequantization.
 //! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
 //! mid-sequence, with f32 and f16 caches.
+#![cfg(feature = "gpu")]
 
 mod gpu_data;
 mod gpu_support;

@@ -3,6 +3,7 @@
 //! transfers happen in the middle of every layer; decode on the GPU compiles once and
 //! then hits, with dense (f32, f16) and with block-format weights. A prefill whose
 //! linears are row-split across CPU and GPU (co-execution) matches them within 3.9e-3.
+#![cfg(feature = "gpu")]
 
 mod gpu_data;
 mod gpu_support;

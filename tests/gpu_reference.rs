@@ -1,6 +1,7 @@
 //! The default model greedy-decodes the same tokens on `cpu,gpu` as on `cpu` for the
 //! reference prompts (first 8 tokens). The 301-token `long` prompt is left out: its
 //! prefill alone takes over a minute on lavapipe. Prints the lavapipe timings.
+#![cfg(feature = "gpu")]
 
 mod gpu_support;
 

@@ -185,8 +185,22 @@ impl Coexec {
     /// Records the measured time of the arm the gate chose for `bucket`.
     pub fn record(&mut self, bucket: u32, arm: usize, took: Duration) {
         if let Some((_, gate)) = self.gates.get_mut(&bucket) {
+            let before = gate.active();
             if let Err(e) = gate.record(crate::coexec::ArmId(arm), took) {
                 log::warn!("co-execution gate: {e}");
+            }
+            let after = gate.active();
+            if after != before {
+                let name = |a: Option<crate::coexec::ArmId>| {
+                    a.and_then(|a| gate.arm_name(a))
+                        .unwrap_or("none")
+                        .to_string()
+                };
+                log::info!(
+                    "prefill bucket {bucket}: the gate's active arm is now {} (was {})",
+                    name(after),
+                    name(before)
+                );
             }
         }
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::metrics::Metrics;
+use super::metrics::{GateSnapshot, Metrics};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::{
     generate, FinishReason, GenerateOptions, Generation, Model, ModelError, Runner,
@@ -202,6 +202,18 @@ impl Engine {
         };
         self.metrics
             .cache(self.runner.cache_stats(), self.runner.phase_stats());
+        self.metrics.gates(
+            self.runner
+                .gate_reports()
+                .iter()
+                .map(|g| GateSnapshot {
+                    bucket: g.bucket,
+                    active: g.gate.active.and_then(|a| g.gate.arms.get(a.0).cloned()),
+                    calls: g.gate.n_calls,
+                    switches: g.gate.n_switches,
+                })
+                .collect(),
+        );
         let _ = job.events.send(Event::Done(result));
     }
 

@@ -75,6 +75,20 @@ pub(crate) struct Metrics {
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
+    gates: Mutex<Vec<GateSnapshot>>,
+}
+
+/// One prefill bucket's co-execution gate, as `/metrics` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct GateSnapshot {
+    /// Tokens per prefill chunk.
+    pub bucket: u32,
+    /// The arm it runs now (`None` during its first probation).
+    pub active: Option<String>,
+    /// Calls it has timed.
+    pub calls: u64,
+    /// Times its active arm changed.
+    pub switches: u64,
 }
 
 /// Writes the `# HELP` and `# TYPE` lines of a metric family.
@@ -99,6 +113,7 @@ impl Metrics {
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
+            gates: Mutex::new(Vec::new()),
         }
     }
 
@@ -152,6 +167,11 @@ impl Metrics {
             prefill,
             decode,
         };
+    }
+
+    /// Stores the co-execution gates' state.
+    pub fn gates(&self, gates: Vec<GateSnapshot>) {
+        *lock(&self.gates) = gates;
     }
 
     /// The exposition text.
@@ -221,7 +241,45 @@ impl Metrics {
             "Mean decode time per generated token, one observation per generation.",
         );
         self.render_cache(&mut out);
+        self.render_gates(&mut out);
         out
+    }
+
+    fn render_gates(&self, out: &mut String) {
+        let gates = lock(&self.gates);
+        let families = [
+            (
+                "switchyard_coexec_active_arm",
+                "gauge",
+                "1 for the arm each prefill bucket's co-execution gate runs now.",
+            ),
+            (
+                "switchyard_coexec_gate_calls_total",
+                "counter",
+                "Prefill calls timed by each bucket's gate.",
+            ),
+            (
+                "switchyard_coexec_gate_switches_total",
+                "counter",
+                "Times each bucket's gate changed its active arm.",
+            ),
+        ];
+        for (name, kind, help) in families {
+            header(out, name, kind, help);
+            for g in gates.iter() {
+                let bucket = g.bucket;
+                let _ = match name {
+                    "switchyard_coexec_active_arm" => match &g.active {
+                        Some(arm) => writeln!(out, "{name}{{bucket=\"{bucket}\",arm=\"{arm}\"}} 1"),
+                        None => Ok(()),
+                    },
+                    "switchyard_coexec_gate_calls_total" => {
+                        writeln!(out, "{name}{{bucket=\"{bucket}\"}} {}", g.calls)
+                    }
+                    _ => writeln!(out, "{name}{{bucket=\"{bucket}\"}} {}", g.switches),
+                };
+            }
+        }
     }
 
     fn render_cache(&self, out: &mut String) {
@@ -271,6 +329,12 @@ mod tests {
         m.request("/v1/completions", 429);
         m.generation(5, 3, FinishReason::Length, 0.3, Some(0.07));
         m.queue_add(2);
+        m.gates(vec![GateSnapshot {
+            bucket: 64,
+            active: Some("split".into()),
+            calls: 30,
+            switches: 1,
+        }]);
         let text = m.render();
         for line in [
             "switchyard_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
@@ -283,6 +347,9 @@ mod tests {
             "switchyard_time_per_output_token_seconds_count 1",
             "switchyard_graph_cache_compiles_total 0",
             "switchyard_graph_cache_phase_lookups_total{phase=\"decode\",outcome=\"hit\"} 0",
+            "switchyard_coexec_active_arm{bucket=\"64\",arm=\"split\"} 1",
+            "switchyard_coexec_gate_calls_total{bucket=\"64\"} 30",
+            "switchyard_coexec_gate_switches_total{bucket=\"64\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

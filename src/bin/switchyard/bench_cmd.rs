@@ -13,6 +13,7 @@ use switchyard::backend::KvDType;
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 
+use crate::bench_arms;
 use crate::model_args::ModelArgs;
 
 /// Flags of `switchyard bench`.
@@ -37,6 +38,28 @@ pub struct BenchArgs {
     /// Print one JSON object (environment, model, every repetition) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Compare execution arms under the fairness protocol instead: any of `cpu` (CPU
+    /// only), `gpu` (the GPU plan), `split` (prefill linears row-split across CPU and
+    /// GPU), `gate` (the no-regression gate). Times the first --prompt-tokens prompt
+    /// (time to first token) and --gen-tokens decode steps per run.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    arms: Vec<String>,
+    /// With --arms: timed rounds (each runs every arm once, in a shuffled order).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    rounds: usize,
+    /// With --arms: warm-up rounds before timing (not recorded).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    warmup: usize,
+    /// With --arms: seed of the round orders (default: the start time; always recorded).
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+    /// With --arms: run even when precisions differ or memory looks too small (the
+    /// result is marked as forced).
+    #[arg(long)]
+    force: bool,
+    /// With --arms: where to write `<PREFIX>.json`, `.md` and `.svg`.
+    #[arg(long, value_name = "PREFIX", default_value = "switchyard-arms")]
+    out: std::path::PathBuf,
 }
 
 #[derive(Serialize)]
@@ -64,6 +87,19 @@ struct ModelReport {
 
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if !args.arms.is_empty() {
+        return bench_arms::run(&bench_arms::ArmsRequest {
+            model: &args.model,
+            arms: &args.arms,
+            prompt_tokens: args.prompt_tokens.first().copied().unwrap_or(128),
+            gen_tokens: args.gen_tokens,
+            warmup: args.warmup,
+            rounds: args.rounds,
+            seed: args.seed,
+            force: args.force,
+            out: args.out.clone(),
+        });
+    }
     let env = EnvStamp::capture();
     let mut tests: Vec<BenchTest> = args
         .prompt_tokens

@@ -1,6 +1,7 @@
 //! The `switchyard` command line: `generate` and `chat` run a model, `tokenize` shows
 //! its tokens, `plan` shows placement, `doctor` reports backends.
 
+mod bench_arms;
 mod bench_cmd;
 mod calibrate_cmd;
 mod chat_cmd;

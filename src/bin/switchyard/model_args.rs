@@ -85,6 +85,14 @@ impl ModelArgs {
         backend_set(&self.backends, self.threads)
     }
 
+    /// The KV cache type named by `--kv-type`.
+    pub fn kv_dtype(&self) -> KvDType {
+        match self.kv_type {
+            KvType::F16 => KvDType::F16,
+            KvType::F32 => KvDType::F32,
+        }
+    }
+
     /// Opens the model and a runner for it.
     pub fn load(&self) -> Result<(Model, Runner)> {
         if self.ctx == 0 {
@@ -99,10 +107,7 @@ impl ModelArgs {
             );
         }
         let ctx = self.ctx.min(model.config.context_length);
-        let kv_dtype = match self.kv_type {
-            KvType::F16 => KvDType::F16,
-            KvType::F32 => KvDType::F32,
-        };
+        let kv_dtype = self.kv_dtype();
         let runner = Runner::new(
             model.config.clone(),
             model.weights.clone(),

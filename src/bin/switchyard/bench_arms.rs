@@ -1,0 +1,187 @@
+//! `switchyard bench --arms cpu,gpu,split,gate`: the fairness protocol over execution
+//! arms of one model — interleaved rounds in a seeded shuffled order, warm-ups, median
+//! and 95 % CI of time to first token and decode speed per arm, speedups against the
+//! first arm, an environment stamp taken before anything loads — written as JSON, a
+//! markdown table and an SVG plot.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use switchyard::backend::{Backend, BackendSet};
+use switchyard::bench::arm::{Arm, Sample};
+use switchyard::bench::env::{CallerFacts, EnvStamp};
+use switchyard::bench::fairness::{run_arms, FairnessConfig};
+use switchyard::bench::llm::bench_prompt;
+use switchyard::bench::report::{markdown, write_outputs};
+use switchyard::model::{fetch, CoexecMode, Model, Runner};
+
+use crate::model_args::{backend_set, ModelArgs};
+
+/// What `--arms` asked for, besides the model flags.
+pub struct ArmsRequest<'a> {
+    pub model: &'a ModelArgs,
+    pub arms: &'a [String],
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub warmup: usize,
+    pub rounds: usize,
+    pub seed: Option<u64>,
+    pub force: bool,
+    pub out: PathBuf,
+}
+
+/// Runs the protocol and writes its outputs.
+pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
+    if req.arms.is_empty() {
+        bail!("--arms needs at least one of cpu, gpu, split, gate");
+    }
+    if req.prompt_tokens < 2 {
+        bail!("the time-to-first-token prompt needs at least 2 tokens (--prompt-tokens)");
+    }
+    let path = req.model.model_path()?;
+    let cpu_set = backend_set("cpu", req.model.threads)?;
+    let spec = if req.model.backends == "auto" {
+        "auto"
+    } else {
+        req.model.backends.as_str()
+    };
+    let gpu_set = backend_set(spec, req.model.threads)?;
+    let gpu: Option<&Arc<dyn Backend>> = gpu_set.iter().find(|b| b.name() != "cpu");
+    // The GPU's detected version reads "ADAPTER (API, TYPE, driver DRIVER) features [..]".
+    let version = gpu.map(|g| g.capability().version.clone());
+    let stamp = EnvStamp::capture_with(CallerFacts {
+        gpu_adapter: version
+            .as_deref()
+            .map(|v| v.split(" (").next().unwrap_or(v).to_string()),
+        gpu_driver: version.as_deref().and_then(|v| {
+            let driver = v.split("driver ").nth(1)?;
+            Some(
+                driver
+                    .split(") features")
+                    .next()
+                    .unwrap_or(driver)
+                    .to_string(),
+            )
+        }),
+        model_sha256: Some(fetch::sha256_file(&path)?),
+    });
+    let seed = req.seed.unwrap_or(stamp.unix_time);
+    let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let prompt = bench_prompt(&model.tokenizer, req.prompt_tokens)?;
+    let ctx = req.prompt_tokens + req.gen_tokens + 1;
+    if ctx > model.config.context_length {
+        bail!(
+            "{ctx} positions exceed the model's context of {}",
+            model.config.context_length
+        );
+    }
+    let kv = req.model.kv_dtype();
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let precision = format!("{file_name} weights as stored, {kv:?} KV cache");
+    let mut runners = Vec::new();
+    for name in req.arms {
+        let (set, mode): (&BackendSet, CoexecMode) = match name.as_str() {
+            "cpu" => (&cpu_set, CoexecMode::Off),
+            "gpu" => (&gpu_set, CoexecMode::Off),
+            "split" => (&gpu_set, CoexecMode::Split),
+            "gate" => (&gpu_set, CoexecMode::Gate),
+            other => bail!("unknown arm {other:?} (arms: cpu, gpu, split, gate)"),
+        };
+        if name != "cpu" && gpu.is_none() {
+            bail!("arm {name} needs a GPU, and --backends {spec} found none (a software one needs --backends cpu,gpu)");
+        }
+        let runner = Runner::new(
+            model.config.clone(),
+            model.weights.clone(),
+            model.fingerprint,
+            set.clone(),
+            ctx,
+        )
+        .with_kv_dtype(kv)
+        .with_coexec(mode);
+        runners.push((name.clone(), runner));
+    }
+    let file_bytes = std::fs::metadata(&path)?.len();
+    let gpu_arms = req.arms.iter().filter(|a| a.as_str() != "cpu").count() as u64;
+    let kv_bytes: u64 = runners
+        .iter()
+        .map(|(_, r)| r.new_sequence().kv_bytes() as u64)
+        .sum();
+    let working_set = file_bytes * (1 + gpu_arms) + kv_bytes;
+    let gen_tokens = req.gen_tokens;
+    let mut arms: Vec<Arm<'_, anyhow::Error>> = runners
+        .iter_mut()
+        .map(|(name, runner)| {
+            let prompt = &prompt;
+            Arm::new(name.clone(), precision.clone(), move || {
+                sample(runner, prompt, gen_tokens)
+            })
+        })
+        .collect();
+    let config = FairnessConfig {
+        warmup_rounds: req.warmup,
+        timed_rounds: req.rounds,
+        seed,
+        baseline: None,
+        estimated_working_set_bytes: working_set,
+        force: req.force.into(),
+    };
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} runs, {elapsed}")?
+            .progress_chars("=> "),
+    );
+    eprintln!(
+        "seed {seed}; {} warm-up and {} timed rounds of {} arms",
+        req.warmup,
+        req.rounds,
+        arms.len()
+    );
+    let report = run_arms(&mut arms, stamp, &config, &mut |p| {
+        bar.set_length(p.runs_total as u64);
+        bar.set_position(p.runs_done as u64);
+        bar.set_message(format!("{:?} {}", p.phase, p.arm));
+    })?;
+    bar.finish_and_clear();
+    let paths = write_outputs(&report, &req.out)?;
+    print!("{}", markdown(&report));
+    eprintln!(
+        "wrote {}, {}, {}",
+        paths.json.display(),
+        paths.markdown.display(),
+        paths.svg.display()
+    );
+    Ok(())
+}
+
+/// One run of an arm: a fresh sequence, the prompt (time to first token, logits read
+/// back), then `gen_tokens` greedy decode steps.
+fn sample(runner: &mut Runner, prompt: &[u32], gen_tokens: usize) -> Result<Sample> {
+    let mut seq = runner.new_sequence();
+    let started = Instant::now();
+    let mut logits = runner.forward(&mut seq, prompt)?;
+    let ttft = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..gen_tokens {
+        let next = logits
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f32::MIN),
+                |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+            )
+            .0 as u32;
+        logits = runner.forward(&mut seq, &[next])?;
+    }
+    Ok(Sample {
+        ttft,
+        decode: started.elapsed(),
+        decode_tokens: gen_tokens,
+    })
+}
