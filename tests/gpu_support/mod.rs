@@ -2,6 +2,8 @@
 //! machine without one means. With `SWITCHYARD_REQUIRE_GPU=1` (set by CI) a missing
 //! adapter fails the test; otherwise the test says it is skipped and passes.
 
+use std::io::Write;
+
 use switchyard::backend::gpu::GpuBackend;
 
 /// The GPU backend, or `None` (after saying so) when this machine has no adapter.
@@ -12,7 +14,12 @@ pub fn gpu() -> Option<GpuBackend> {
             panic!("SWITCHYARD_REQUIRE_GPU=1 but no GPU backend: {e}")
         }
         Err(e) => {
-            eprintln!("SKIPPED: no GPU adapter on this machine ({e}); GPU tests did not run");
+            // Written to the real stderr, past the test harness's capture, so that a
+            // plain `cargo test` shows it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: no GPU adapter on this machine ({e}); GPU tests did not run"
+            );
             None
         }
     }
