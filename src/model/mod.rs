@@ -6,6 +6,7 @@ mod generate;
 mod loader;
 mod mapped;
 mod runner;
+mod runner_arms;
 mod weights;
 
 pub mod chat_template;

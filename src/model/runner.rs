@@ -9,7 +9,7 @@ use crate::cache::{
     get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
     WeightStore,
 };
-use crate::coexec::{Clock, MemoryPressure, SystemClock};
+use crate::coexec::{Clock, SystemClock};
 use crate::exec::Executor;
 use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
@@ -29,21 +29,21 @@ impl<T: WeightInfo + crate::cache::WeightSource> ModelWeights for T {}
 /// Compiles and runs steps of one model on one set of backends, for one sequence at a
 /// time. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
-    config: LlamaConfig,
-    weights: Arc<dyn ModelWeights>,
-    model_fingerprint: u64,
-    backends: BackendSet,
+    pub(super) config: LlamaConfig,
+    pub(super) weights: Arc<dyn ModelWeights>,
+    pub(super) model_fingerprint: u64,
+    pub(super) backends: BackendSet,
     /// Fingerprint of `backends`, computed once: every step key carries it.
-    backends_fingerprint: u64,
-    policy: Policy,
-    store: WeightStore,
-    cache: GraphCache<Executor>,
-    context: usize,
-    kv_dtype: KvDType,
-    prefill: PhaseStats,
-    decode: PhaseStats,
-    placement: [Placed; 2],
-    coexec: Coexec,
+    pub(super) backends_fingerprint: u64,
+    pub(super) policy: Policy,
+    pub(super) store: WeightStore,
+    pub(super) cache: GraphCache<Executor>,
+    pub(super) context: usize,
+    pub(super) kv_dtype: KvDType,
+    pub(super) prefill: PhaseStats,
+    pub(super) decode: PhaseStats,
+    pub(super) placement: [Placed; 2],
+    pub(super) coexec: Coexec,
 }
 
 /// Compute nodes per backend name in a phase's most recently compiled plan.
@@ -323,128 +323,6 @@ impl Runner {
         }
         Ok(executor)
     }
-
-    /// Which arm runs this step, and its index in the bucket's gate when the gate chose.
-    fn choose_arm(
-        &mut self,
-        phase: Phase,
-        bucket: u32,
-    ) -> Result<(Arm, Option<usize>), ModelError> {
-        let mode = self.coexec.mode;
-        if phase == Phase::Decode || mode == CoexecMode::Off || self.coexec.pair.is_none() {
-            return Ok((Arm::Baseline, None));
-        }
-        self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
-        if mode == CoexecMode::Split {
-            return Ok((Arm::Split, None));
-        }
-        if !self.coexec.has_gate(bucket) {
-            let (arms, pressure) = self.arms(bucket as usize)?;
-            let names = arms.iter().map(|a| a.name(&self.backends)).collect();
-            self.coexec.add_gate(bucket, arms, names, pressure)?;
-        }
-        Ok(match self.coexec.choose(bucket) {
-            Some((arm, index)) => (arm, Some(index)),
-            None => (Arm::Baseline, None),
-        })
-    }
-
-    /// The arms worth offering for a prefill bucket: the baseline, the split when some
-    /// linear calibrated to a non-zero ratio, and each single-backend plan that can run
-    /// the whole step and differs from the baseline. Memory pressure when the weights
-    /// in every space the arms use exceed the memory available.
-    fn arms(&self, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
-        let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket)
-                .map_err(crate::cache::CompileError::from)?,
-        );
-        let baseline = crate::plan::partition(&graph, &self.backends.capabilities(), &self.policy)
-            .map_err(crate::cache::CompileError::from)?;
-        let mut arms = vec![Arm::Baseline];
-        if self.coexec.split_pays() {
-            arms.push(Arm::Split);
-        }
-        for b in self.backends.iter().map(|b| b.id()) {
-            if coexec::runs_everything(&graph, &self.backends, b) && !coexec::all_on(&baseline, b) {
-                arms.push(Arm::Only(b));
-            }
-        }
-        let needed = coexec::weight_bytes(&graph) * self.backends.iter().count();
-        let pressure = match available_memory() {
-            Some(available) if needed > available => MemoryPressure::Present,
-            _ => MemoryPressure::Absent,
-        };
-        Ok((arms, pressure))
-    }
-
-    /// Makes sure every splittable linear of the prefill `bucket` has a calibrated ratio
-    /// (all of them again when `force`), timing `reps` runs per grid point; reports
-    /// `(shape, done, total)` as it goes, and persists the table.
-    fn ensure_calibrated(
-        &mut self,
-        bucket: usize,
-        force: bool,
-        reps: u32,
-        progress: &mut dyn FnMut(&crate::coexec::SplitKey, usize, usize),
-    ) -> Result<(), ModelError> {
-        let Some(pair) = self.coexec.pair else {
-            return Ok(());
-        };
-        if self.coexec.fixed_rho.is_some()
-            || (!force && self.coexec.calibrated.contains(&(bucket as u32)))
-        {
-            return Ok(());
-        }
-        let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket)
-                .map_err(crate::cache::CompileError::from)?,
-        );
-        let Some(rule) = coexec::rule(&self.backends, pair) else {
-            return Ok(());
-        };
-        let shapes = coexec::split_shapes(&graph, &rule);
-        let fingerprint = coexec::hardware(&self.backends, pair);
-        let reps = std::num::NonZeroU32::new(reps.max(1)).expect("at least one");
-        let mut changed = false;
-        for (key, (name, m)) in shapes {
-            if !force && self.coexec.table(&fingerprint).get(&key).is_some() {
-                continue;
-            }
-            log::info!("calibrating the row split of {key:?}");
-            let calibration = coexec::calibrate_shape(
-                &key,
-                &name,
-                m,
-                &self.backends,
-                &self.store,
-                self.coexec.clock.as_ref(),
-                reps,
-                &mut |done, total| progress(&key, done, total),
-            )?;
-            self.coexec.table(&fingerprint).insert(calibration);
-            changed = true;
-        }
-        if changed {
-            self.coexec.save();
-        }
-        self.coexec.calibrated.insert(bucket as u32);
-        Ok(())
-    }
-
-    /// Calibrates every prefill bucket that can split (`reps` timed runs per grid point),
-    /// replacing earlier calibrations, and saves the table. Returns the table.
-    pub fn calibrate(
-        &mut self,
-        reps: u32,
-        progress: &mut dyn FnMut(&crate::coexec::SplitKey, usize, usize),
-    ) -> Result<Option<&crate::coexec::CalibrationTable>, ModelError> {
-        let mut bucket = PREFILL_CHUNK;
-        while bucket >= coexec::MIN_SPLIT_ROWS {
-            self.ensure_calibrated(bucket, true, reps, progress)?;
-            bucket /= 2;
-        }
-        Ok(self.coexec.loaded_table())
-    }
 }
 
 /// Compute nodes per backend name in `plan`.
@@ -460,12 +338,4 @@ fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
         }
     }
     placed
-}
-
-/// `MemAvailable` from `/proc/meminfo`, in bytes, where readable.
-fn available_memory() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
