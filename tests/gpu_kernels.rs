@@ -3,7 +3,8 @@
 //! matmuls are also checked against an f64 product written here (activations quantized
 //! to 8 bits, as both backends do), and embeddings against exact dequantization.
 //! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
-//! mid-sequence, with f32 and f16 caches.
+//! mid-sequence, with f32 and f16 caches. A linear row-split across CPU and GPU
+//! (co-execution) matches the whole linear within 3e-3.
 #![cfg(feature = "gpu")]
 
 mod gpu_data;
@@ -20,9 +21,10 @@ use switchyard::backend::{
     KvLayout, SharedBytes, StepState, Tensor,
 };
 use switchyard::cache::{WeightSource, WeightStore};
+use switchyard::coexec::{split_graph, SplitRule};
 use switchyard::exec::Executor;
-use switchyard::graph::{AttentionParams, DType, Graph, GraphBuilder, RopeMode, ValueId};
-use switchyard::plan::{partition, Placement, Policy};
+use switchyard::graph::{AttentionParams, DType, Graph, GraphBuilder, OpKind, RopeMode, ValueId};
+use switchyard::plan::{partition, partition_pinned, Placement, Policy};
 
 #[derive(Default)]
 struct Weights(HashMap<String, HostTensor>);
@@ -75,7 +77,7 @@ fn executor(
     let plan = partition(&graph, &backends.capabilities(), &policy).unwrap();
     for (i, p) in plan.placement.iter().enumerate() {
         let node = &plan.graph.nodes()[i];
-        if !node.op.kind().is_source() && node.op.kind() != switchyard::graph::OpKind::Transfer {
+        if !node.op.kind().is_source() && node.op.kind() != OpKind::Transfer {
             assert_eq!(*p, Placement::On(expect), "{:?} placed on {p:?}", node.op);
         }
     }
@@ -534,5 +536,70 @@ fn f16_host_cache_moves_to_the_gpu_within_f16_tolerance() {
             "attention n={n} at {kv_len}: relative error {err}"
         );
         kv_len += n;
+    }
+}
+
+#[test]
+fn a_row_split_linear_across_cpu_and_gpu_matches_the_whole_linear() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(6);
+    let backends = set(vec![cpu(), gpu.clone()]);
+    for dtype in [DType::Q4_1, DType::Q8_0, DType::F32] {
+        let (m, k, n) = (40, 64, 33);
+        let x = rng.vec(m * k, 2.0);
+        let mut weights = Weights::default();
+        match dtype {
+            DType::F32 => weights.f32("w", &[n, k], &rng.vec(n * k, 1.0)),
+            _ => weights.put("w", dtype, &[n, k], quantized(&mut rng, dtype, n, k).0),
+        }
+        let store = WeightStore::new(Arc::new(weights));
+        let graph = one(|g| {
+            let ix = g.input("x", DType::F32, [m, k]).unwrap();
+            let iw = g.weight("w", dtype, [n, k]).unwrap();
+            g.matmul(ix, iw).unwrap()
+        });
+        let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
+        let whole = executor(graph.clone(), &set(vec![cpu()]), &store, BackendId::CPU)
+            .run(&inputs, &mut StepState::stateless())
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let caps = backends.capabilities();
+        let rule = SplitRule {
+            pair: (BackendId::CPU, BackendId::GPU),
+            capabilities: (caps[0].1, caps[1].1),
+            min_rows: 16,
+        };
+        let split = split_graph(&graph, &rule, |_| Some(300)).unwrap();
+        assert_eq!(split.splits.len(), 1, "the linear splits");
+        let policy = Policy {
+            min_run: 0,
+            ..Policy::default()
+        };
+        let plan = partition_pinned(&split.graph, &caps, &policy, &split.pins).unwrap();
+        let on = |b: BackendId| {
+            plan.graph
+                .nodes()
+                .iter()
+                .zip(&plan.placement)
+                .filter(|(node, at)| node.op.kind() == OpKind::MatMul && **at == Placement::On(b))
+                .count()
+        };
+        assert_eq!(
+            (on(BackendId::CPU), on(BackendId::GPU)),
+            (1, 1),
+            "one half on each"
+        );
+        let got = Executor::compile(plan, &backends, &store)
+            .unwrap()
+            .run(&inputs, &mut StepState::stateless())
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let err = relative_error(&got, &whole);
+        assert!(
+            err <= 3e-3,
+            "split {dtype} linear vs whole: relative error {err}"
+        );
     }
 }
