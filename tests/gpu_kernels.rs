@@ -389,81 +389,48 @@ fn kv(dtype: KvDType) -> KvCache {
     })
 }
 
-#[test]
-fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
-    let Some(gpu) = open() else { return };
+/// Runs attention steps of `steps` (`(tokens, on the GPU)`) over one cache on a
+/// CPU-only plan and over another cache alternating between plans, comparing every
+/// step's output within `bound`.
+fn attention_sequence(
+    gpu: &Arc<dyn Backend>,
+    seed: u64,
+    dtype: KvDType,
+    steps: &[(usize, bool)],
+    bound: f32,
+) {
     let store = WeightStore::new(Arc::new(Weights::default()));
     let cpu_set = set(vec![cpu()]);
     let gpu_set = set(vec![cpu(), gpu.clone()]);
-    let mut rng = Lcg(4);
-    let (mut cpu_kv, mut gpu_kv) = (kv(KvDType::F32), kv(KvDType::F32));
+    let mut rng = Lcg(seed);
+    let (mut cpu_kv, mut moving_kv) = (kv(dtype), kv(dtype));
     let mut kv_len = 0;
-    // Prefill 9 on the GPU, decode 3 on the GPU, then 2 steps whose attention runs on
-    // the CPU (rows come back from the GPU), then one on the GPU again (rows go up).
-    for (n, on_gpu) in [
-        (9, true),
-        (1, true),
-        (1, true),
-        (1, true),
-        (3, false),
-        (1, false),
-        (2, true),
-    ] {
-        let inputs = [
-            (
-                "q",
-                Tensor::from_f32([n, HEADS * HEAD_DIM], &rng.vec(n * HEADS * HEAD_DIM, 3.0))
-                    .unwrap(),
-            ),
-            (
-                "k",
-                Tensor::from_f32(
-                    [n, KV_HEADS * HEAD_DIM],
-                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
-                )
-                .unwrap(),
-            ),
-            (
-                "v",
-                Tensor::from_f32(
-                    [n, KV_HEADS * HEAD_DIM],
-                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
-                )
-                .unwrap(),
-            ),
-        ];
-        let reference = executor(attention_graph(n), &cpu_set, &store, BackendId::CPU);
-        let want = reference
-            .run(
-                &inputs,
-                &mut StepState {
-                    kv_len,
-                    kv: Some(&mut cpu_kv),
-                },
-            )
-            .unwrap()[0]
-            .to_f32_vec()
-            .unwrap();
-        let (backends, expect) = if on_gpu {
-            (&gpu_set, BackendId::GPU)
-        } else {
-            (&cpu_set, BackendId::CPU)
+    for &(n, on_gpu) in steps {
+        let mut random = |name, width: usize| {
+            let t = Tensor::from_f32([n, width * HEAD_DIM], &rng.vec(n * width * HEAD_DIM, 3.0));
+            (name, t.unwrap())
         };
-        let exec = executor(attention_graph(n), backends, &store, expect);
-        let got = exec
-            .run(
-                &inputs,
-                &mut StepState {
-                    kv_len,
-                    kv: Some(&mut gpu_kv),
-                },
-            )
-            .unwrap()[0]
-            .to_f32_vec()
-            .unwrap();
+        let inputs = [
+            random("q", HEADS),
+            random("k", KV_HEADS),
+            random("v", KV_HEADS),
+        ];
+        let mut run = |backends, expect, cache| {
+            let state = &mut StepState {
+                kv_len,
+                kv: Some(cache),
+            };
+            let exec = executor(attention_graph(n), backends, &store, expect);
+            exec.run(&inputs, state).unwrap()[0].to_f32_vec().unwrap()
+        };
+        let want = run(&cpu_set, BackendId::CPU, &mut cpu_kv);
+        let got = match on_gpu {
+            true => run(&gpu_set, BackendId::GPU, &mut moving_kv),
+            false => run(&cpu_set, BackendId::CPU, &mut moving_kv),
+        };
         let err = relative_error(&got, &want);
         assert!(
-            err <= 1e-4,
+            err <= bound,
             "attention n={n} at {kv_len} (gpu: {on_gpu}): relative error {err}"
         );
         kv_len += n;
@@ -471,72 +438,32 @@ fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migratio
 }
 
 #[test]
+fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
+    let Some(gpu) = open() else { return };
+    // Prefill 9 on the GPU, decode 3 on the GPU, then 2 steps whose attention runs on
+    // the CPU (rows come back from the GPU), then one on the GPU again (rows go up).
+    let steps = [
+        (9, true),
+        (1, true),
+        (1, true),
+        (1, true),
+        (3, false),
+        (1, false),
+        (2, true),
+    ];
+    attention_sequence(&gpu, 4, KvDType::F32, &steps, 1e-4);
+}
+
+#[test]
 fn f16_host_cache_moves_to_the_gpu_within_f16_tolerance() {
     let Some(gpu) = open() else { return };
-    let store = WeightStore::new(Arc::new(Weights::default()));
-    let cpu_set = set(vec![cpu()]);
-    let gpu_set = set(vec![cpu(), gpu.clone()]);
-    let mut rng = Lcg(5);
-    let (mut cpu_kv, mut mixed_kv) = (kv(KvDType::F16), kv(KvDType::F16));
-    let mut kv_len = 0;
-    for (n, on_gpu) in [(5, false), (1, true), (1, true)] {
-        let inputs = [
-            (
-                "q",
-                Tensor::from_f32([n, HEADS * HEAD_DIM], &rng.vec(n * HEADS * HEAD_DIM, 3.0))
-                    .unwrap(),
-            ),
-            (
-                "k",
-                Tensor::from_f32(
-                    [n, KV_HEADS * HEAD_DIM],
-                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
-                )
-                .unwrap(),
-            ),
-            (
-                "v",
-                Tensor::from_f32(
-                    [n, KV_HEADS * HEAD_DIM],
-                    &rng.vec(n * KV_HEADS * HEAD_DIM, 3.0),
-                )
-                .unwrap(),
-            ),
-        ];
-        let want = executor(attention_graph(n), &cpu_set, &store, BackendId::CPU)
-            .run(
-                &inputs,
-                &mut StepState {
-                    kv_len,
-                    kv: Some(&mut cpu_kv),
-                },
-            )
-            .unwrap()[0]
-            .to_f32_vec()
-            .unwrap();
-        let (backends, expect) = if on_gpu {
-            (&gpu_set, BackendId::GPU)
-        } else {
-            (&cpu_set, BackendId::CPU)
-        };
-        let got = executor(attention_graph(n), backends, &store, expect)
-            .run(
-                &inputs,
-                &mut StepState {
-                    kv_len,
-                    kv: Some(&mut mixed_kv),
-                },
-            )
-            .unwrap()[0]
-            .to_f32_vec()
-            .unwrap();
-        let err = relative_error(&got, &want);
-        assert!(
-            err <= 3e-3,
-            "attention n={n} at {kv_len}: relative error {err}"
-        );
-        kv_len += n;
-    }
+    attention_sequence(
+        &gpu,
+        5,
+        KvDType::F16,
+        &[(5, false), (1, true), (1, true)],
+        3e-3,
+    );
 }
 
 #[test]
