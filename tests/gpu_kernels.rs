@@ -415,7 +415,7 @@ fn attention_sequence(
             random("k", KV_HEADS),
             random("v", KV_HEADS),
         ];
-        let mut run = |backends, expect, cache| {
+        let run = |backends, expect, cache| {
             let state = &mut StepState {
                 kv_len,
                 kv: Some(cache),
