@@ -136,19 +136,16 @@ pub fn backend_set(spec: &str, threads: Option<usize>) -> Result<BackendSet> {
             }
         }
         _ => {
+            if let Some(other) = names.iter().find(|n| !matches!(**n, "cpu" | "gpu")) {
+                bail!("unknown backend {other:?} in --backends (available: auto, cpu, gpu)");
+            }
             if !names.contains(&"cpu") {
                 bail!(
                     "--backends must include cpu: it holds the inputs and runs what others cannot"
                 );
             }
-            for name in names {
-                match name {
-                    "cpu" => {}
-                    "gpu" => list.extend(open_gpu(true, true)?),
-                    other => {
-                        bail!("unknown backend {other:?} in --backends (available: auto, cpu, gpu)")
-                    }
-                }
+            if names.contains(&"gpu") {
+                list.extend(open_gpu(true, true)?);
             }
         }
     }
