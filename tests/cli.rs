@@ -131,7 +131,15 @@ fn bad_input_gets_a_clear_error() {
     let backend = switchyard(&["generate", "hi", "--backends", "cpu,tpu"]);
     assert!(stderr(&backend).contains("unknown backend \"tpu\""));
     let typo = switchyard(&["generate", "hi", "--backends", "cpus"]);
-    assert!(stderr(&typo).contains("unknown backend \"cpus\""), "{}", stderr(&typo));
+    assert!(
+        stderr(&typo).contains("unknown backend \"cpus\""),
+        "{}",
+        stderr(&typo)
+    );
     let no_cpu = switchyard(&["generate", "hi", "--backends", "gpu"]);
-    assert!(stderr(&no_cpu).contains("must include cpu"), "{}", stderr(&no_cpu));
+    assert!(
+        stderr(&no_cpu).contains("must include cpu"),
+        "{}",
+        stderr(&no_cpu)
+    );
 }

@@ -81,6 +81,7 @@ pub struct BucketGate<'a> {
 
 /// Co-execution state of a runner.
 pub(super) struct Coexec {
+    /// Whether prefill may leave the baseline.
     pub mode: CoexecMode,
     /// `(a, b)`: the CPU and the highest-priority other backend.
     pub pair: Option<(BackendId, BackendId)>,
@@ -92,10 +93,13 @@ pub(super) struct Coexec {
     gates: BTreeMap<u32, (Vec<Arm>, Gate)>,
     /// Prefill buckets whose shapes have calibrations.
     pub calibrated: std::collections::BTreeSet<u32>,
+    /// Times the arms (a fake clock in tests).
     pub clock: Arc<dyn Clock>,
 }
 
 impl Coexec {
+    /// Co-execution over `backends`, off until a mode is set: the pair is `fallback`
+    /// and the highest-priority other backend, when there is one.
     pub fn new(backends: &BackendSet, fallback: BackendId, clock: Arc<dyn Clock>) -> Coexec {
         let other = backends
             .iter()

@@ -23,14 +23,23 @@ use crate::model_args::{backend_set, ModelArgs};
 
 /// What `--arms` asked for, besides the model flags.
 pub struct ArmsRequest<'a> {
+    /// Model, backends, context and KV flags.
     pub model: &'a ModelArgs,
+    /// Arm names, the first being the baseline of the speedups.
     pub arms: &'a [String],
+    /// Prompt length whose time to first token is measured.
     pub prompt_tokens: usize,
+    /// Decode steps timed after it.
     pub gen_tokens: usize,
+    /// Rounds run before timing.
     pub warmup: usize,
+    /// Rounds timed.
     pub rounds: usize,
+    /// Seed of the round orders (default: the start time).
     pub seed: Option<u64>,
+    /// Run despite a failed precision or memory check, marking the result.
     pub force: bool,
+    /// Output prefix.
     pub out: PathBuf,
 }
 
