@@ -163,8 +163,8 @@ fn time_generation(runner: &mut Runner, prompt: &[u32], steps: usize) -> Result<
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Index of the largest logit.
-fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
+/// Index of the largest logit (greedy decoding without a sampler), or an error for no logits.
+pub fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
     logits
         .iter()
         .enumerate()

@@ -15,7 +15,7 @@ use switchyard::backend::{Backend, BackendSet};
 use switchyard::bench::arm::{Arm, Sample};
 use switchyard::bench::env::{CallerFacts, EnvStamp};
 use switchyard::bench::fairness::{run_arms, FairnessConfig};
-use switchyard::bench::llm::bench_prompt;
+use switchyard::bench::llm::{argmax, bench_prompt};
 use switchyard::bench::report::{markdown, write_outputs};
 use switchyard::model::{fetch, CoexecMode, Model, Runner};
 
@@ -178,15 +178,7 @@ fn sample(runner: &mut Runner, prompt: &[u32], gen_tokens: usize) -> Result<Samp
     let ttft = started.elapsed();
     let started = Instant::now();
     for _ in 0..gen_tokens {
-        let next = logits
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f32::MIN),
-                |best, (i, &v)| if v > best.1 { (i, v) } else { best },
-            )
-            .0 as u32;
-        logits = runner.forward(&mut seq, &[next])?;
+        logits = runner.forward(&mut seq, &[argmax(&logits)?])?;
     }
     Ok(Sample {
         ttft,
