@@ -96,7 +96,14 @@ impl Runner {
             if !force && self.coexec.table(&fingerprint).get(&key).is_some() {
                 continue;
             }
-            log::info!("calibrating the row split of {key:?}");
+            log::info!(
+                target: "switchyard::progress",
+                "calibrating the CPU+GPU row split of {}×{} {} linears ({} rows), once for this machine",
+                key.n(),
+                key.k(),
+                key.dtype(),
+                key.rows_bucket()
+            );
             let calibration = coexec::calibrate_shape(
                 &key,
                 &name,

@@ -48,8 +48,12 @@ enum Command {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().filter_or("SWITCHYARD_LOG", "warn"))
-        .init();
+    // Warnings, plus one-line notes of long one-off work (calibration) under the
+    // `switchyard::progress` target; SWITCHYARD_LOG overrides both.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().filter_or("SWITCHYARD_LOG", "warn,switchyard::progress=info"),
+    )
+    .init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate_cmd::run(&args),
