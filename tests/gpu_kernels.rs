@@ -127,6 +127,15 @@ fn one(build: impl FnOnce(&mut GraphBuilder) -> ValueId) -> Graph {
     b.finish(vec![out]).unwrap()
 }
 
+/// `x [m, k] · wᵀ` with the weight `w` of `dtype` and shape `[n, k]`.
+fn matmul_graph(dtype: DType, m: usize, k: usize, n: usize) -> Graph {
+    one(|g| {
+        let ix = g.input("x", DType::F32, [m, k]).unwrap();
+        let iw = g.weight("w", dtype, [n, k]).unwrap();
+        g.matmul(ix, iw).unwrap()
+    })
+}
+
 #[test]
 fn elementwise_norm_softmax_and_rope_match_the_cpu() {
     let Some(gpu) = open() else { return };
@@ -252,13 +261,7 @@ fn dense_matmul_and_embedding_match_the_cpu() {
                 ),
             }
             let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
-            let build = || {
-                one(|g| {
-                    let ix = g.input("x", DType::F32, [m, k]).unwrap();
-                    let iw = g.weight("w", dtype, [n, k]).unwrap();
-                    g.matmul(ix, iw).unwrap()
-                })
-            };
+            let build = || matmul_graph(dtype, m, k, n);
             let (got, want) = both(&gpu, build, weights, &inputs);
             let err = relative_error(&got, &want);
             let bound = if dtype == DType::F16 { 3e-3 } else { 1e-4 };
@@ -317,13 +320,7 @@ fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
             let mut weights = Weights::default();
             weights.put("w", dtype, &[n, k], bytes.clone());
             let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
-            let build = || {
-                one(|g| {
-                    let ix = g.input("x", DType::F32, [m, k]).unwrap();
-                    let iw = g.weight("w", dtype, [n, k]).unwrap();
-                    g.matmul(ix, iw).unwrap()
-                })
-            };
+            let build = || matmul_graph(dtype, m, k, n);
             let (got, want) = both(&gpu, build, weights, &inputs);
             let err = relative_error(&got, &want);
             assert!(
@@ -480,11 +477,7 @@ fn a_row_split_linear_across_cpu_and_gpu_matches_the_whole_linear() {
             _ => weights.put("w", dtype, &[n, k], quantized(&mut rng, dtype, n, k).0),
         }
         let store = WeightStore::new(Arc::new(weights));
-        let graph = one(|g| {
-            let ix = g.input("x", DType::F32, [m, k]).unwrap();
-            let iw = g.weight("w", dtype, [n, k]).unwrap();
-            g.matmul(ix, iw).unwrap()
-        });
+        let graph = matmul_graph(dtype, m, k, n);
         let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
         let whole = executor(graph.clone(), &set(vec![cpu()]), &store, BackendId::CPU)
             .run(&inputs, &mut StepState::stateless())

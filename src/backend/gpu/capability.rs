@@ -36,15 +36,7 @@ pub(super) fn detect(gpu: &Gpu) -> Capability {
         wgpu::DeviceType::Cpu => hints(1.0, 5.0, 50.0, 5.0),
         _ => hints(1_000.0, 100.0, 10.0, 16.0),
     };
-    let features = [
-        (wgpu::Features::SHADER_F16, "shader-f16"),
-        (wgpu::Features::SUBGROUP, "subgroup"),
-    ]
-    .iter()
-    .filter(|(f, _)| gpu.features.contains(*f))
-    .map(|(_, name)| *name)
-    .collect::<Vec<_>>()
-    .join(",");
+    let features = gpu.feature_names().join(",");
     Capability {
         ops: OpSet::of(&OPS),
         dtypes: DTypeSet::of(&[DType::F32]),

@@ -110,6 +110,18 @@ impl Gpu {
         })
     }
 
+    /// Names of the optional features Switchyard asked for that the device has.
+    pub fn feature_names(&self) -> Vec<&'static str> {
+        [
+            (wgpu::Features::SHADER_F16, "shader-f16"),
+            (wgpu::Features::SUBGROUP, "subgroup"),
+        ]
+        .into_iter()
+        .filter(|(f, _)| self.features.contains(*f))
+        .map(|(_, name)| name)
+        .collect()
+    }
+
     /// The pipeline for `name` built from `source`, compiled on first use.
     pub fn pipeline(
         &self,

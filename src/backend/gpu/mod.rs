@@ -91,14 +91,12 @@ impl GpuBackend {
             driver: format!("{} {}", info.driver, info.driver_info)
                 .trim()
                 .to_string(),
-            features: [
-                (wgpu::Features::SHADER_F16, "shader-f16"),
-                (wgpu::Features::SUBGROUP, "subgroup"),
-            ]
-            .iter()
-            .filter(|(f, _)| self.gpu.features.contains(*f))
-            .map(|(_, n)| n.to_string())
-            .collect(),
+            features: self
+                .gpu
+                .feature_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect(),
             max_storage_buffer_bytes: self.gpu.limits.max_storage_buffer_binding_size,
             max_workgroups_per_dimension: self.gpu.limits.max_compute_workgroups_per_dimension,
         }
