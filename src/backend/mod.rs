@@ -23,7 +23,7 @@ pub use tensor::{
     TensorData,
 };
 
-use crate::graph::{BufferPlan, Graph, OpKind, ValueId};
+use crate::graph::{BufferPlan, Graph, Node, OpKind, ValueId};
 
 /// Errors raised by backends while compiling or running a partition.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +73,16 @@ pub struct PartitionSpec<'a> {
     pub outputs: &'a [ValueId],
     /// Where intermediate values live, reusing memory by lifetime.
     pub buffers: &'a BufferPlan,
+}
+
+impl PartitionSpec<'_> {
+    /// The node producing `id`, or an input error when the graph has no such value.
+    pub fn node(&self, id: ValueId) -> Result<&Node, BackendError> {
+        self.graph
+            .nodes()
+            .get(id.index())
+            .ok_or_else(|| BackendError::Input(format!("value {id} is not in the graph")))
+    }
 }
 
 /// Finds weights by name, made resident in the asking backend's memory space, loaded

@@ -57,13 +57,7 @@ impl CpuPartition {
         weights: &dyn WeightProvider,
         pool: Arc<rayon::ThreadPool>,
     ) -> Result<CpuPartition, BackendError> {
-        let graph = spec.graph;
-        let node_of = |id: ValueId| {
-            graph
-                .nodes()
-                .get(id.index())
-                .ok_or_else(|| BackendError::Input(format!("value {id} is not in the graph")))
-        };
+        let node_of = |id: ValueId| spec.node(id);
         let mut inputs = Vec::with_capacity(spec.inputs.len());
         for (i, &id) in spec.inputs.iter().enumerate() {
             let node = node_of(id)?;

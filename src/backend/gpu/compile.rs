@@ -48,12 +48,7 @@ impl GpuPartition {
         weights: &dyn WeightProvider,
     ) -> Result<GpuPartition, BackendError> {
         let graph = spec.graph;
-        let node_of = |id: ValueId| {
-            graph
-                .nodes()
-                .get(id.index())
-                .ok_or_else(|| BackendError::Input(format!("value {id} is not in the graph")))
-        };
+        let node_of = |id: ValueId| spec.node(id);
         let operand = |buffer: wgpu::Buffer, id: ValueId| -> Result<Operand, BackendError> {
             let node = node_of(id)?;
             Ok(Operand {
