@@ -1,32 +1,44 @@
 #!/usr/bin/env bash
-# Compares `switchyard bench` with llama.cpp (through llama-cpp-python) on the same GGUF
-# model and thread count: pp128, pp512 and tg128 as median tok/s, the ratio
-# switchyard / llama.cpp, peak RSS and model + KV size.
+# Compares `switchyard bench` with llama.cpp's own `llama-bench` (C++) over a matrix of
+# model files: pp128, pp512 and tg128 as tok/s, the ratio switchyard / llama.cpp, and
+# peak RSS against model + KV size.
 #
-# The two engines run INTERLEAVED — switchyard, llama.cpp, switchyard, llama.cpp... for
-# --rounds rounds, each round one warm-up plus --reps timed repetitions per test — so that
-# drifting machine load hits both alike. Medians pool every timed repetition of every
-# round. llama.cpp runs with flash attention off and on; ratios use its faster mode per
-# test, and the table names the mode that is best for pp512.
+#   ppN    tok/s of one N-token prompt evaluated into an empty context
+#   tgN    tok/s of N single-token decode steps after a 128-token prompt (llama-bench:
+#          -n N at --n-depth 128)
 #
-# Usage: scripts/bench-vs-llamacpp.sh [--model PATH] [--threads N] [--rounds R] [--reps K]
+# The engines run INTERLEAVED: for every round, for every model file, switchyard then
+# llama.cpp (each one warm-up plus --reps timed repetitions), so drifting load hits both
+# alike. llama.cpp runs with flash attention off and on; ratios use its faster mode per
+# test. Medians, means and the slowest repetition pool every timed repetition of every round.
+#
+# Usage: scripts/bench-vs-llamacpp.sh [--formats Q4_1,Q4_K_M,...] [--sizes 135m,1b]
+#                                     [--model PATH] [--threads N] [--rounds R] [--reps K]
 #                                     [--pp 128,512] [--tg 128] [--keep DIR]
-# Env:   SWITCHYARD_BIN (default: a release build of this checkout),
-#        LLAMA_CPP_PYTHON (pip requirement installed when llama_cpp is missing).
+#   --formats  quantizations to compare, made once by scripts/make-bench-model.sh
+#              (default: Q4_1, the default model as published); `all` is F16,BF16,Q8_0,
+#              Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q4_1,IQ4_XS
+#   --sizes    135m (the default model) and/or 1b (Llama-3.2-1B shapes); default 135m
+#   --model    one GGUF file instead of the matrix
+# Env:   SWITCHYARD_BIN (default: a release build of this checkout), LLAMACPP_TOOLS (a
+#        folder with llama-bench; default: built by scripts/llamacpp-tools.sh, ~15 minutes).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-home="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}"
-model="$home/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 threads="$(nproc 2>/dev/null || echo 4)"
 rounds=3
 reps=3
 pp="128,512"
 tg=128
 keep=""
+formats="Q4_1"
+sizes="135m"
+model=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
+    --formats) formats="$2"; shift 2 ;;
+    --sizes) sizes="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
@@ -34,7 +46,7 @@ while [ $# -gt 0 ]; do
     --pp) pp="$2"; shift 2 ;;
     --tg) tg="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +55,7 @@ for n in "$threads" "$rounds" "$reps" "$tg"; do
 done
 [ "$rounds" -ge 1 ] && [ "$reps" -ge 1 ] && [ "$threads" -ge 1 ] || {
   echo "error: --threads, --rounds and --reps must be at least 1" >&2; exit 2; }
+[ "$formats" = all ] && formats="F16,BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q4_1,IQ4_XS"
 
 if [ -n "${SWITCHYARD_BIN:-}" ]; then
   bin="$SWITCHYARD_BIN"
@@ -51,33 +64,37 @@ else
   (cd "$root" && cargo build --release --quiet --bin switchyard)
   bin="$root/target/release/switchyard"
 fi
-
-if [ ! -f "$model" ]; then
-  echo "fetching the default model: $model" >&2
-  "$bin" generate "Hello" -n 1 >/dev/null
-  [ -f "$model" ] || { echo "error: no model at $model" >&2; exit 1; }
-fi
-
-if ! python3 -c "import llama_cpp, numpy" 2>/dev/null; then
-  spec="${LLAMA_CPP_PYTHON:-llama-cpp-python==0.3.36}"
-  echo "installing $spec: it builds llama.cpp from source and takes ~15 minutes..." >&2
-  python3 -m pip install "$spec" >&2
-fi
+tools="$("$root/scripts/llamacpp-tools.sh")"
 
 out="${keep:-$(mktemp -d)}"
 mkdir -p "$out"
 [ -n "$keep" ] || trap 'rm -rf "$out"' EXIT
+
+# The matrix: one "LABEL PATH" line per model file.
+if [ -n "$model" ]; then
+  [ -f "$model" ] || { echo "error: no model file at $model" >&2; exit 1; }
+  echo "$(basename "$model" .gguf) $model" > "$out/models.txt"
+else
+  "$root/scripts/make-bench-model.sh" --sizes "$sizes" --formats "$formats" |
+    awk '{ print $2 "-" $3, $4 }' > "$out/models.txt"
+fi
+
 ctx=$(( 128 + tg ))
 for n in ${pp//,/ }; do [ "$n" -gt "$ctx" ] && ctx="$n"; done
 ctx=$(( ctx > 2048 ? ctx : 2048 ))
 
 for round in $(seq 1 "$rounds"); do
-  echo "round $round/$rounds: switchyard" >&2
-  "$bin" bench --model "$model" --threads "$threads" --ctx "$ctx" --prompt-tokens "$pp" \
-    --gen-tokens "$tg" --reps "$reps" --json > "$out/switchyard-$round.json"
-  echo "round $round/$rounds: llama.cpp (flash attention off, on)" >&2
-  python3 "$root/scripts/llamacpp_bench.py" "$model" --threads "$threads" --ctx "$ctx" \
-    --pp "$pp" --tg "$tg" --reps "$reps" --flash-attn both > "$out/llamacpp-$round.json"
+  while read -r label path; do
+    echo "round $round/$rounds, $label: switchyard" >&2
+    "$bin" bench --model "$path" --threads "$threads" --ctx "$ctx" --prompt-tokens "$pp" \
+      --gen-tokens "$tg" --reps "$reps" --json > "$out/switchyard.$label.$round.json"
+    echo "round $round/$rounds, $label: llama-bench (flash attention off, on)" >&2
+    /usr/bin/time -f '%M' -o "$out/llamacpp.$label.$round.rss" \
+      "$tools/llama-bench" -m "$path" -t "$threads" -r "$reps" -fa 0,1 -o json \
+      -p "$pp" -n 0 > "$out/llamacpp.$label.$round.pp.json" 2>"$out/llamacpp.$label.$round.log"
+    "$tools/llama-bench" -m "$path" -t "$threads" -r "$reps" -fa 0,1 -o json \
+      -p 0 -n "$tg" -d 128 > "$out/llamacpp.$label.$round.tg.json" 2>>"$out/llamacpp.$label.$round.log"
+  done < "$out/models.txt"
 done
 
 python3 "$root/scripts/bench_compare.py" "$out"

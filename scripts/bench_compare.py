@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Prints the comparison table of scripts/bench-vs-llamacpp.sh from the JSON files it wrote
-into DIR: switchyard-<round>.json (`switchyard bench --json`) and llamacpp-<round>.json
-(scripts/llamacpp_bench.py). Medians pool every timed repetition of every round.
+"""Prints the tables of scripts/bench-vs-llamacpp.sh from the files it wrote into DIR:
+models.txt ("LABEL PATH" lines), switchyard.LABEL.ROUND.json (`switchyard bench --json`),
+llamacpp.LABEL.ROUND.{pp,tg}.json (`llama-bench -o json`) and llamacpp.LABEL.ROUND.rss
+(peak RSS in KiB). Statistics pool every timed repetition of every round; "slowest" is the
+slowest repetition, the tail a user sees.
 
 Usage: python3 bench_compare.py DIR
 """
@@ -12,84 +14,127 @@ import statistics
 import sys
 
 
-def load(pattern):
+def load_json(pattern):
     runs = []
     for path in sorted(glob.glob(pattern)):
         with open(path) as f:
             runs.append(json.load(f))
-    if not runs:
-        sys.exit(f"error: no results match {pattern}")
     return runs
 
 
 def stats(rates):
-    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "n": len(rates)}
+    if not rates:
+        return None
+    return {"median": statistics.median(rates), "mean": statistics.fmean(rates),
+            "slowest": min(rates), "n": len(rates)}
+
+
+def switchyard_rates(runs):
+    """{test: [tok/s, ...]} over every round."""
+    out = {}
+    for run in runs:
+        for r in run["results"]:
+            out.setdefault(r["test"], []).extend(r["tok_s"])
+    return out
+
+
+def llamacpp_rates(runs):
+    """{mode: {test: [tok/s, ...]}} over every round, from llama-bench's JSON records."""
+    out = {}
+    for run in runs:
+        for rec in run:
+            mode = "fa on" if rec.get("flash_attn") in (True, 1, "1", "on", "enabled") else "fa off"
+            test = f"pp{rec['n_prompt']}" if rec["n_prompt"] > 0 else f"tg{rec['n_gen']}"
+            out.setdefault(mode, {}).setdefault(test, []).extend(rec["samples_ts"])
+    return out
 
 
 def mib(n):
-    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
+    return "n/a" if not n else f"{n / 2**20:.1f}"
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    directory = sys.argv[1]
-    sy_runs = load(os.path.join(directory, "switchyard-*.json"))
-    ll_runs = load(os.path.join(directory, "llamacpp-*.json"))
+    d = sys.argv[1]
+    with open(os.path.join(d, "models.txt")) as f:
+        models = [line.split(maxsplit=1) for line in f if line.strip()]
 
-    tests = [r["test"] for r in sy_runs[0]["results"]]
-    sy = {t: stats([x for run in sy_runs for r in run["results"] if r["test"] == t for x in r["tok_s"]])
-          for t in tests}
-    modes = list(ll_runs[0]["modes"])
-    ll = {m: {t: stats([x for run in ll_runs for x in run["modes"][m][t]["tok_s"]]) for t in tests}
-          for m in modes}
+    rows, first = [], None
+    for label, path in models:
+        sy_runs = load_json(os.path.join(d, f"switchyard.{label}.*.json"))
+        ll_runs = load_json(os.path.join(d, f"llamacpp.{label}.*.pp.json")) + \
+            load_json(os.path.join(d, f"llamacpp.{label}.*.tg.json"))
+        if not sy_runs or not ll_runs:
+            sys.exit(f"error: missing results for {label} in {d}")
+        first = first or sy_runs[0]
+        sy = {t: stats(r) for t, r in switchyard_rates(sy_runs).items()}
+        ll = {m: {t: stats(r) for t, r in tests.items()} for m, tests in llamacpp_rates(ll_runs).items()}
+        rss_ll = []
+        for p in glob.glob(os.path.join(d, f"llamacpp.{label}.*.rss")):
+            with open(p) as f:
+                lines = [x for x in f.read().split() if x.isdigit()]
+                rss_ll += [int(x) * 1024 for x in lines[-1:]]
+        m = sy_runs[0]["model"]
+        rows.append({"label": label, "sy": sy, "ll": ll,
+                     "rss_sy": max((r.get("peak_rss_bytes") or 0) for r in sy_runs),
+                     "rss_ll": max(rss_ll, default=0), "model_kv": m["file_bytes"] + m["kv_bytes"],
+                     "types": sy_runs[0].get("tensor_types")})
 
-    first = sy_runs[0]
     env = first["env"]
-    print(f"model: {first['model']['path']}")
-    print(f"threads: {first['threads']}; rounds: {len(sy_runs)} interleaved; "
-          f"{first['reps']} timed reps per round after a warm-up; ctx {first['model']['ctx']}")
+    tests = [r["test"] for r in first["results"]]
+    print(f"threads: {first['threads']}; {len(glob.glob(os.path.join(d, 'switchyard.' + models[0][0] + '.*.json')))} "
+          f"interleaved rounds of {first['reps']} timed reps after a warm-up; switchyard ctx {first['model']['ctx']}")
     print(f"cpu: {env['cpu_model']} ({env['cores_physical']} cores / {env['cores_logical']} threads; "
           f"{' '.join(env['simd'])})")
-    loads = [run["env"]["loadavg"][0] for run in sy_runs if run["env"]["loadavg"]]
-    print("1-minute load at the start of each round: " + ", ".join(f"{x:.2f}" for x in loads))
-    if loads and max(loads) > env["cores_logical"]:
-        print(f"WARNING: the machine was busy (load above its {env['cores_logical']} logical CPUs): "
-              "other work competed with both engines, llama.cpp's spinning threads most; "
-              "treat the ratios as unreliable.")
-    print(f"switchyard {env['version']} ({env['git_commit']}); llama.cpp via llama-cpp-python "
-          f"{ll_runs[0]['version']}\n")
+    print(f"switchyard {env['version']} ({env['git_commit']}); llama.cpp: llama-bench (C++)")
+    load = env.get("loadavg") or []
+    if load:
+        print(f"1-minute load at the first switchyard run: {load[0]:.2f}")
+        if load[0] > env["cores_logical"]:
+            print(f"WARNING: the machine was busy (load above its {env['cores_logical']} logical CPUs): "
+                  "other work competed with both engines, llama.cpp's spinning threads most; "
+                  "treat the ratios as unreliable.")
 
-    def cell(s):
-        return f"{s['median']:.2f} ({s['min']:.1f}–{s['max']:.1f})"
+    def best(row, t):
+        modes = [m for m in row["ll"] if row["ll"][m].get(t)]
+        return max(modes, key=lambda m: row["ll"][m][t]["median"]) if modes else None
 
-    head = ["test", "switchyard tok/s"] + [f"llama.cpp {m.replace('_', ' ')}" for m in modes]
-    head += ["switchyard / llama.cpp best"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
-    for t in tests:
-        best = max(modes, key=lambda m: ll[m][t]["median"])
-        ratio = sy[t]["median"] / ll[best][t]["median"]
-        row = [t, cell(sy[t])] + [cell(ll[m][t]) for m in modes]
-        row.append(f"{ratio:.3f} (vs {best.replace('_', ' ')})")
-        print("| " + " | ".join(row) + " |")
-    if "pp512" in tests:
-        best = max(modes, key=lambda m: ll[m]["pp512"]["median"])
-        print(f"\nllama.cpp's best mode for pp512: {best.replace('_', ' ')}")
+    print("\nRatio switchyard / llama.cpp's best mode (median tok/s):\n")
+    print("| model | " + " | ".join(tests) + " |")
+    print("|---|" + "---:|" * len(tests))
+    for row in rows:
+        cells = []
+        for t in tests:
+            b = best(row, t)
+            s = row["sy"].get(t)
+            cells.append("n/a" if not (b and s) else f"{s['median'] / row['ll'][b][t]['median']:.2f}×")
+        print(f"| {row['label']} | " + " | ".join(cells) + " |")
 
-    sy_rss = max((r["peak_rss_bytes"] or 0) for r in sy_runs) or None
-    ll_rss = max((r["peak_rss_bytes"] or 0) for r in ll_runs) or None
-    m = first["model"]
-    ll0 = ll_runs[0]
-    print(f"\n| memory | switchyard | llama.cpp |\n|---|---:|---:|")
-    print(f"| peak RSS (process) | {mib(sy_rss)} | {mib(ll_rss)} |")
-    print(f"| model file | {mib(m['file_bytes'])} | {mib(ll0['model_bytes'])} |")
-    print(f"| KV cache ({m['ctx']} / {ll0['ctx']} positions) | {mib(m['kv_bytes'])} ({m.get('kv_dtype', '?').lower()}) "
-          f"| {mib(ll0['kv_bytes'])} (f16) |")
-    print(f"| model + KV | {mib(m['file_bytes'] + m['kv_bytes'])} | "
-          f"{mib(ll0['model_bytes'] + ll0['kv_bytes'])} |")
-    print("\nllama.cpp's peak RSS includes the Python interpreter and numpy, and the larger of its "
-          "two flash-attention contexts.")
+    print("\ntok/s, median / mean / slowest repetition:\n")
+    print("| model | test | switchyard | llama.cpp (best mode) | ratio of medians | ratio of means |")
+    print("|---|---|---:|---:|---:|---:|")
+    for row in rows:
+        for t in tests:
+            b, s = best(row, t), row["sy"].get(t)
+            if not (b and s):
+                continue
+            l = row["ll"][b][t]
+            print(f"| {row['label']} | {t} | {s['median']:.1f} / {s['mean']:.1f} / {s['slowest']:.1f} "
+                  f"| {l['median']:.1f} / {l['mean']:.1f} / {l['slowest']:.1f} ({b}) "
+                  f"| {s['median'] / l['median']:.2f}× | {s['mean'] / l['mean']:.2f}× |")
+
+    print("\nMemory (MiB):\n")
+    print("| model | switchyard peak RSS | model + KV | ratio | llama-bench peak RSS |")
+    print("|---|---:|---:|---:|---:|")
+    for row in rows:
+        ratio = f"{row['rss_sy'] / row['model_kv']:.2f}" if row["rss_sy"] and row["model_kv"] else "n/a"
+        print(f"| {row['label']} | {mib(row['rss_sy'])} | {mib(row['model_kv'])} | {ratio} | {mib(row['rss_ll'])} |")
+    if any(row["types"] for row in rows):
+        print("\nTensor types (switchyard bench --json):")
+        for row in rows:
+            if row["types"]:
+                print(f"  {row['label']}: {json.dumps(row['types'])}")
 
 
 if __name__ == "__main__":

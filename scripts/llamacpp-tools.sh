@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's C++ tools (llama-bench, llama-quantize, llama-server) once and prints
+# the folder that holds them: the speed, quantization and serving anchors our benchmark
+# scripts compare against.
+#
+# The sources are the llama.cpp copy inside the llama-cpp-python 0.3.36 source
+# distribution (fetched with `python3 -m pip download`), built with CMake + Ninja from a
+# private virtual environment and -march=native (GGML_NATIVE). Takes ~15 minutes on 2
+# cores; later calls return at once.
+#
+# Usage: scripts/llamacpp-tools.sh [DIR]   (default: $SWITCHYARD_HOME/llamacpp-tools,
+#        SWITCHYARD_HOME defaulting to ~/.cache/switchyard). Set LLAMACPP_TOOLS to a folder
+#        that already holds the three binaries to use those instead.
+set -euo pipefail
+
+if [ -n "${LLAMACPP_TOOLS:-}" ]; then
+  for t in llama-bench llama-quantize llama-server; do
+    [ -x "$LLAMACPP_TOOLS/$t" ] || { echo "error: LLAMACPP_TOOLS=$LLAMACPP_TOOLS has no $t" >&2; exit 1; }
+  done
+  echo "$LLAMACPP_TOOLS"; exit 0
+fi
+
+version=0.3.36
+home="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}"
+dir="${1:-$home/llamacpp-tools}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+bin="$dir/bin"
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-server" ]; then
+  echo "$bin"; exit 0
+fi
+
+echo "building llama.cpp's tools into $bin (~15 minutes on 2 cores)..." >&2
+src="$dir/src"
+if [ ! -f "$src/CMakeLists.txt" ]; then
+  python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$dir/sdist" >&2
+  rm -rf "$src" && mkdir -p "$src"
+  tar xzf "$dir/sdist/llama_cpp_python-$version.tar.gz" -C "$src" --strip-components=3 \
+    "llama_cpp_python-$version/vendor/llama.cpp"
+fi
+if [ ! -x "$dir/venv/bin/cmake" ] || [ ! -x "$dir/venv/bin/ninja" ]; then
+  python3 -m venv "$dir/venv" >&2
+  "$dir/venv/bin/pip" install --quiet cmake ninja >&2
+fi
+export PATH="$dir/venv/bin:$PATH"
+cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-quantize llama-server >&2
+mkdir -p "$bin"
+cp "$src/build/bin/llama-bench" "$src/build/bin/llama-quantize" "$src/build/bin/llama-server" "$bin/"
+echo "$bin"
