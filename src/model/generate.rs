@@ -91,9 +91,10 @@ pub fn generate(
     if prompt.is_empty() {
         return Err(ModelError::Input("the prompt is empty".into()));
     }
-    if prompt.len() + options.max_tokens > seq.context() {
+    let needed = prompt.len().saturating_add(options.max_tokens);
+    if needed > seq.context() {
         return Err(ModelError::ContextFull {
-            needed: prompt.len() + options.max_tokens,
+            needed,
             context: seq.context(),
         });
     }

@@ -123,6 +123,7 @@ impl ModelArgs {
 
 /// Opens the backends of a `--backends` value (see [`ModelArgs::backends`]).
 pub fn backend_set(spec: &str, threads: Option<usize>) -> Result<BackendSet> {
+    check_threads(threads)?;
     let names: Vec<&str> = spec
         .split(',')
         .map(str::trim)
@@ -176,4 +177,22 @@ fn open_gpu(_allow_software: bool, required: bool) -> Result<Option<Arc<dyn Back
         bail!("--backends asks for gpu, but this build has no GPU backend (built without the `gpu` feature)");
     }
     Ok(None)
+}
+
+/// Most `--threads` per logical CPU: more only adds contention, and a typo such as
+/// `--threads 5000` would otherwise start thousands of spinning workers.
+const MAX_THREADS_PER_CPU: usize = 4;
+
+/// Refuses a `--threads` of 0 or above [`MAX_THREADS_PER_CPU`] × the logical CPUs.
+fn check_threads(threads: Option<usize>) -> Result<()> {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let most = logical.saturating_mul(MAX_THREADS_PER_CPU);
+    match threads {
+        Some(0) => bail!("--threads must be at least 1 (omit it for one per physical core)"),
+        Some(n) if n > most => bail!(
+            "--threads {n} is more than {MAX_THREADS_PER_CPU} per logical CPU ({logical} here, so at \
+             most {most}); omit it for one per physical core"
+        ),
+        _ => Ok(()),
+    }
 }
