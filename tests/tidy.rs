@@ -11,6 +11,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/simd/avx2.rs",
     "src/backend/cpu/simd/avx2_k.rs",
     "src/backend/cpu/simd/avx512.rs",
+    "src/backend/cpu/simd/kquant.rs",
     "src/backend/cpu/simd/mod.rs",
     "src/model/mapped.rs",
 ];
