@@ -9,7 +9,9 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/kernels/attention.rs",
     "src/backend/cpu/kernels/matmul.rs",
     "src/backend/cpu/simd/avx2.rs",
+    "src/backend/cpu/simd/avx2_k.rs",
     "src/backend/cpu/simd/avx512.rs",
+    "src/backend/cpu/simd/kquant.rs",
     "src/backend/cpu/simd/mod.rs",
     "src/model/mapped.rs",
 ];

@@ -62,7 +62,7 @@ impl OpSet {
 
 /// A set of dtypes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize)]
-pub struct DTypeSet(u16);
+pub struct DTypeSet(u32);
 
 impl DTypeSet {
     /// Every dtype.
@@ -72,12 +72,12 @@ impl DTypeSet {
 
     /// Exactly the given dtypes.
     pub fn of(dtypes: &[DType]) -> DTypeSet {
-        DTypeSet(dtypes.iter().fold(0, |bits, &d| bits | 1 << d as u16))
+        DTypeSet(dtypes.iter().fold(0, |bits, &d| bits | 1 << d as u32))
     }
 
     /// Whether `dtype` is in the set.
     pub fn contains(self, dtype: DType) -> bool {
-        self.0 & (1 << dtype as u16) != 0
+        self.0 & (1 << dtype as u32) != 0
     }
 
     /// The dtypes in the set, in tag order.

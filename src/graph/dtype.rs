@@ -27,11 +27,27 @@ pub enum DType {
     Q5K = 8,
     /// GGUF Q6_K: super-blocks of 256 weights, 6-bit values.
     Q6K = 9,
+    /// GGUF Q5_0: blocks of 32 weights, one f16 scale, 5-bit values (4 low bits packed
+    /// as nibbles, the fifth in a 32-bit mask), weights `(q − 16)·d`.
+    Q5_0 = 10,
+    /// GGUF Q5_1: blocks of 32 weights, f16 scale and minimum, 5-bit values, `q·d + m`.
+    Q5_1 = 11,
+    /// GGUF Q2_K: super-blocks of 256 weights, 2-bit values, 4-bit sub-block scales and
+    /// minima.
+    Q2K = 12,
+    /// GGUF Q3_K: super-blocks of 256 weights, 3-bit values, 6-bit signed sub-block scales.
+    Q3K = 13,
+    /// GGUF IQ4_NL: blocks of 32 weights, one f16 scale, 4-bit indices into a fixed
+    /// non-linear table of 16 `i8` values.
+    IQ4NL = 14,
+    /// GGUF IQ4_XS: super-blocks of 256 weights, IQ4_NL's table with 6-bit sub-block
+    /// scales.
+    IQ4XS = 15,
 }
 
 impl DType {
     /// Every dtype, in tag order.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 16] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -42,6 +58,12 @@ impl DType {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// Short lower-case name, as used in GGUF tools and in our CLI output.
@@ -57,6 +79,12 @@ impl DType {
             DType::Q4K => "q4_k",
             DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
+            DType::Q2K => "q2_k",
+            DType::Q3K => "q3_k",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
         }
     }
 
@@ -75,7 +103,9 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => 32,
+            DType::Q5_0 | DType::Q5_1 | DType::IQ4NL => 32,
             DType::Q4K | DType::Q5K | DType::Q6K => 256,
+            DType::Q2K | DType::Q3K | DType::IQ4XS => 256,
         }
     }
 
@@ -90,6 +120,12 @@ impl DType {
             DType::Q4K => 144,
             DType::Q5K => 176,
             DType::Q6K => 210,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
+            DType::Q2K => 84,
+            DType::Q3K => 110,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -120,5 +156,24 @@ mod tests {
         assert_eq!(DType::Q6K.bytes_for(512), Some(420));
         assert_eq!(DType::Q8_0.bytes_for(33), None);
         assert_eq!(DType::F16.bytes_for(3), Some(6));
+        // ggml's sizeof(block_*) for one block of each newer format.
+        for (dtype, elems, bytes) in [
+            (DType::Q5_0, 32, 22),
+            (DType::Q5_1, 32, 24),
+            (DType::IQ4NL, 32, 18),
+            (DType::Q2K, 256, 84),
+            (DType::Q3K, 256, 110),
+            (DType::IQ4XS, 256, 136),
+        ] {
+            assert_eq!(dtype.bytes_for(elems), Some(bytes), "{dtype}");
+            assert_eq!(dtype.bytes_for(elems / 2), None, "{dtype}");
+        }
+    }
+
+    #[test]
+    fn all_lists_every_tag_once_in_order() {
+        for (i, d) in DType::ALL.iter().enumerate() {
+            assert_eq!(*d as usize, i, "{d}");
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! Dequantization of weights to f32: plain f32/f16/bf16 and the GGUF block formats
-//! Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, following the ggml reference layouts.
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS,
+//! following the ggml reference layouts (and its order of f32 operations, so values
+//! match gguf-py's bit for bit).
 
 use half::{bf16, f16};
 
@@ -29,6 +31,12 @@ pub(super) fn dequantize(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<
         DType::Q4K => blocks.for_each(|(b, o)| q4_k(b, o)),
         DType::Q5K => blocks.for_each(|(b, o)| q5_k(b, o)),
         DType::Q6K => blocks.for_each(|(b, o)| q6_k(b, o)),
+        DType::Q5_0 => blocks.for_each(|(b, o)| q5_0(b, o)),
+        DType::Q5_1 => blocks.for_each(|(b, o)| q5_1(b, o)),
+        DType::IQ4NL => blocks.for_each(|(b, o)| iq4_nl(b, o)),
+        DType::Q2K => blocks.for_each(|(b, o)| q2_k(b, o)),
+        DType::Q3K => blocks.for_each(|(b, o)| q3_k(b, o)),
+        DType::IQ4XS => blocks.for_each(|(b, o)| iq4_xs(b, o)),
         DType::I32 => unreachable!("rejected above"),
     }
     Ok(())
@@ -62,6 +70,104 @@ fn q8_0(b: &[u8], o: &mut [f32]) {
     let d = half_at(b, 0);
     for (o, &q) in o.iter_mut().zip(&b[2..34]) {
         *o = q as i8 as f32 * d;
+    }
+}
+
+/// The 5-bit values of a Q5_0/Q5_1 block from its `qh` (fifth bits, little-endian
+/// u32, bit `j` for weight `j`) and `qs` (low nibbles are weights 0..16, high 16..32).
+fn five_bit(qh: &[u8], qs: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    std::array::from_fn(|j| {
+        let nibble = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
+        nibble | ((((qh >> j) & 1) as u8) << 4)
+    })
+}
+
+/// `{ f16 d; u8 qh[4]; u8 qs[16] }`: `(q − 16)·d`.
+fn q5_0(b: &[u8], o: &mut [f32]) {
+    let d = half_at(b, 0);
+    for (o, q) in o.iter_mut().zip(five_bit(&b[2..6], &b[6..22])) {
+        *o = d * (q as i32 - 16) as f32;
+    }
+}
+
+/// `{ f16 d; f16 m; u8 qh[4]; u8 qs[16] }`: `q·d + m`.
+fn q5_1(b: &[u8], o: &mut [f32]) {
+    let (d, m) = (half_at(b, 0), half_at(b, 2));
+    for (o, q) in o.iter_mut().zip(five_bit(&b[4..8], &b[8..24])) {
+        *o = d * q as f32 + m;
+    }
+}
+
+/// IQ4_NL's and IQ4_XS's 16 non-linear values (ggml's `kvalues_iq4nl`).
+pub(crate) const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// `{ f16 d; u8 qs[16] }`: `d·IQ4_VALUES[q]`, low nibbles weights 0..16, high 16..32.
+fn iq4_nl(b: &[u8], o: &mut [f32]) {
+    let d = half_at(b, 0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        o[j] = d * IQ4_VALUES[(q & 0xF) as usize] as f32;
+        o[j + 16] = d * IQ4_VALUES[(q >> 4) as usize] as f32;
+    }
+}
+
+/// `{ u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }`: 16 sub-blocks of 16, each with a
+/// 4-bit scale (low nibble) and minimum (high nibble); weight `d·sc·q − dmin·m`. Byte
+/// `l` of each 32-byte half of `qs` holds four 2-bit values, 32 weights apart.
+fn q2_k(b: &[u8], o: &mut [f32]) {
+    let (d, dmin) = (half_at(b, 80), half_at(b, 82));
+    for (i, y) in o.iter_mut().enumerate() {
+        let (half, shift, l) = (i / 128, (i % 128) / 32, i % 32);
+        let sc = b[i / 16];
+        let q = (b[16 + 32 * half + l] >> (2 * shift)) & 3;
+        let (dl, ml) = (d * (sc & 0xF) as f32, dmin * (sc >> 4) as f32);
+        *y = dl * q as f32 - ml;
+    }
+}
+
+/// The 6-bit scale of Q3_K sub-block `i` from its 12 packed bytes, minus 32: low 4 bits
+/// in the nibbles of bytes 0..8, high 2 bits in bytes 8..12.
+fn q3_k_scale(sc: &[u8], i: usize) -> i32 {
+    let low = if i < 8 { sc[i] & 0xF } else { sc[i - 8] >> 4 };
+    let high = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+    (low | (high << 4)) as i32 - 32
+}
+
+/// `{ u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d }`: 16 sub-blocks of 16; weight
+/// `d·(sc − 32)·(q − 4·!h)`, `q` two bits laid out as Q2_K's and `h` bit `i / 32` of
+/// `hmask[i % 32]`.
+fn q3_k(b: &[u8], o: &mut [f32]) {
+    let d = half_at(b, 108);
+    let (hmask, qs, scales) = (&b[0..32], &b[32..96], &b[96..108]);
+    for (i, y) in o.iter_mut().enumerate() {
+        let (half, shift, l) = (i / 128, (i % 128) / 32, i % 32);
+        let q = ((qs[32 * half + l] >> (2 * shift)) & 3) as i32;
+        let h = (hmask[l] >> (i / 32)) & 1;
+        let q = q - if h == 0 { 4 } else { 0 };
+        *y = d * q3_k_scale(scales, i / 16) as f32 * q as f32;
+    }
+}
+
+/// `{ f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128] }`: 8 sub-blocks of 32 with 6-bit
+/// scales (low nibble from `scales_l`, two high bits from `scales_h`) minus 32, each
+/// laid out as an IQ4_NL block.
+fn iq4_xs(b: &[u8], o: &mut [f32]) {
+    let d = half_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    for (ib, (q, y)) in b[8..136]
+        .chunks_exact(16)
+        .zip(o.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF;
+        let high = ((scales_h >> (2 * ib)) & 3) as u8;
+        let dl = d * ((low | (high << 4)) as i32 - 32) as f32;
+        for (j, &q) in q.iter().enumerate() {
+            y[j] = dl * IQ4_VALUES[(q & 0xF) as usize] as f32;
+            y[j + 16] = dl * IQ4_VALUES[(q >> 4) as usize] as f32;
+        }
     }
 }
 
@@ -261,6 +367,47 @@ mod tests {
             let q = (low | (high << 4)) as i32 - 32;
             let want = d * scales[8 * h + 2 * r + l / 16] as f32 * q as f32;
             assert_eq!(v, want, "weight {i}");
+        }
+    }
+
+    /// Every record of `tests/data/quant/dequant.bin` (written by `make_fixture.py`
+    /// next to it): random blocks of one ggml type and gguf-py's dequantized values.
+    fn gguf_py_records() -> Vec<(DType, &'static [u8], Vec<f32>)> {
+        let mut data: &[u8] = include_bytes!("../../../tests/data/quant/dequant.bin");
+        let mut records = Vec::new();
+        let u32_at = |d: &[u8], at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+        while !data.is_empty() {
+            let id = u32_at(data, 0);
+            let n = u32_at(data, 4) as usize;
+            let dtype = crate::model::gguf::dtype_from_ggml(id).unwrap();
+            let raw_len = dtype.bytes_for(n).unwrap();
+            let raw = &data[8..8 + raw_len];
+            let values = data[8 + raw_len..8 + raw_len + 4 * n]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            records.push((dtype, raw, values));
+            data = &data[8 + raw_len + 4 * n..];
+        }
+        records
+    }
+
+    #[test]
+    fn every_weight_type_matches_gguf_py_bit_for_bit() {
+        let records = gguf_py_records();
+        for dtype in DType::ALL
+            .into_iter()
+            .filter(|&d| d != DType::F32 && d != DType::I32)
+        {
+            let (_, raw, want) = records
+                .iter()
+                .find(|(d, _, _)| *d == dtype)
+                .unwrap_or_else(|| panic!("no gguf-py record for {dtype}"));
+            let mut got = vec![f32::NAN; want.len()];
+            dequantize(dtype, raw, &mut got).unwrap();
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{dtype} value {i}: {g} vs {w}");
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 //! it is used, so a hostile file yields an error rather than a panic or a huge
 //! allocation.
 
+mod ggml_type;
 mod metadata;
 mod reader;
 mod tensor_info;
@@ -23,8 +24,9 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
+pub use ggml_type::{dtype_from_ggml, ggml_from_dtype, ggml_type_name};
 pub use metadata::Metadata;
-pub use tensor_info::{dtype_from_ggml, ggml_from_dtype, TensorInfo, MAX_DIMS};
+pub use tensor_info::{TensorInfo, MAX_DIMS};
 pub use value::{Array, Value};
 pub use writer::write_gguf;
 

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use super::ggml_type::{dtype_from_ggml, ggml_type_name, supported_names};
 use super::reader::Reader;
 use crate::graph::{DType, Shape};
 use crate::model::ModelError;
@@ -12,32 +13,6 @@ pub const MAX_DIMS: usize = 4;
 
 /// Smallest encoding of one tensor info: name length, `n_dims`, one dim, type, offset.
 const MIN_INFO_BYTES: usize = 8 + 4 + 8 + 4 + 8;
-
-/// ggml type ids we read and write, with their dtypes.
-const GGML_TYPES: [(u32, DType); 9] = [
-    (0, DType::F32),
-    (1, DType::F16),
-    (2, DType::Q4_0),
-    (3, DType::Q4_1),
-    (8, DType::Q8_0),
-    (12, DType::Q4K),
-    (13, DType::Q5K),
-    (14, DType::Q6K),
-    (30, DType::BF16),
-];
-
-/// The dtype of ggml type `id`, if we support it.
-pub fn dtype_from_ggml(id: u32) -> Option<DType> {
-    GGML_TYPES.iter().find(|(t, _)| *t == id).map(|&(_, d)| d)
-}
-
-/// The ggml type id of `dtype`, if GGUF files may hold it.
-pub fn ggml_from_dtype(dtype: DType) -> Option<u32> {
-    GGML_TYPES
-        .iter()
-        .find(|(_, d)| *d == dtype)
-        .map(|&(t, _)| t)
-}
 
 /// Where one tensor lives in a GGUF file.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,8 +74,16 @@ fn read_info(
     dims.reverse();
     let shape = Shape::new(dims);
     let type_id = r.u32("tensor type")?;
-    let dtype = dtype_from_ggml(type_id)
-        .ok_or_else(|| r.unsupported(format_args!("tensor {name:?} has ggml type {type_id}")))?;
+    let dtype = dtype_from_ggml(type_id).ok_or_else(|| {
+        let what = match ggml_type_name(type_id) {
+            Some(known) => format!("type {known}"),
+            None => format!("unknown ggml type id {type_id}"),
+        };
+        r.unsupported(format_args!(
+            "tensor {name:?} has {what}, which Switchyard does not read (supported: {})",
+            supported_names()
+        ))
+    })?;
     if dtype.bytes_for(shape.last()).is_none() {
         return Err(r.err(format_args!(
             "tensor {name:?}: innermost dimension {} is not a multiple of the {dtype} block ({})",

@@ -214,9 +214,56 @@ fn bad_dims() {
 
 #[test]
 fn unknown_tensor_type_names_tensor_and_type() {
-    let err = fails(one_tensor(&[4], 6, 0), "ggml type 6");
-    assert!(err.to_string().contains("\"t\""), "{err}");
-    assert!(matches!(err, ModelError::Unsupported { .. }));
+    // Types ggml has but we do not read are named; ids ggml never had say so.
+    for (id, name) in [
+        (16, "has type IQ2_XXS, which Switchyard does not read"),
+        (34, "has type TQ1_0"),
+        (39, "has type MXFP4"),
+        (15, "has type Q8_K"),
+        (26, "has type I32"),
+        (4, "has type Q4_2 (retired)"),
+        (1000, "has unknown ggml type id 1000"),
+        (u32::MAX, "unknown ggml type id 4294967295"),
+    ] {
+        let err = fails(
+            Raw::header(3, 1, 0)
+                .info("blk.0.attn_k.weight", &[256], id, 0)
+                .data(512),
+            name,
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("\"blk.0.attn_k.weight\""), "{msg}");
+        assert!(msg.contains("supported: F32, F16, Q4_0"), "{msg}");
+        assert!(matches!(err, ModelError::Unsupported { .. }));
+    }
+}
+
+#[test]
+fn newer_block_types_are_sized_by_their_blocks() {
+    // One block of each: Q5_0 22 bytes per 32, IQ4_XS 136 per 256, ... .
+    for (id, elems, bytes) in [
+        (6, 32, 22),
+        (7, 32, 24),
+        (10, 256, 84),
+        (11, 256, 110),
+        (20, 32, 18),
+        (23, 256, 136),
+    ] {
+        let f = Raw::header(3, 1, 0)
+            .info("w", &[elems, 2], id, 0)
+            .data(2 * bytes)
+            .open()
+            .unwrap();
+        assert_eq!(f.tensor("w").unwrap().data.as_bytes().len(), 2 * bytes);
+        // Half a block per row, and a file one byte short, are refused.
+        fails(one_tensor(&[elems / 2], id, 0), "not a multiple of the");
+        fails(
+            Raw::header(3, 1, 0)
+                .info("w", &[elems, 2], id, 0)
+                .data(2 * bytes - 1),
+            "past the end",
+        );
+    }
 }
 
 #[test]

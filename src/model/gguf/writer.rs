@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::tensor_info::ggml_from_dtype;
+use super::ggml_type::ggml_from_dtype;
 use super::value::{write_string, write_value, Value};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC};
 use crate::backend::HostTensor;

@@ -7,7 +7,8 @@ use rayon::prelude::*;
 use super::{check_len, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
 use crate::backend::cpu::simd::{
-    dot_rows as simd_dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, QK,
+    dot_rows as simd_dot_rows, dot_rows_k, dot_rows_x4, interleave_x4, quantize_row,
+    quantize_row_k, BlockQ8, BlockQ8K, KQuantKind, QuantKind, QK, QK_K,
 };
 use crate::backend::BackendError;
 use crate::graph::DType;
@@ -75,6 +76,9 @@ pub(crate) fn matmul(
     if let Some(kind) = QuantKind::of(w.dtype) {
         return quantized(x, m, w, kind, row_bytes, out);
     }
+    if let Some(kind) = KQuantKind::of(w.dtype).filter(|_| m <= DOT_MAX_ROWS) {
+        return k_quantized(x, m, w, kind, row_bytes, out);
+    }
     if m <= DOT_MAX_ROWS {
         return dot_rows(x, m, w, row_bytes, out);
     }
@@ -91,7 +95,7 @@ pub(crate) fn matmul(
     Ok(())
 }
 
-/// Q4_0, Q4_1 and Q8_0 weights: quantizes `x` once to Q8 blocks, then integer dot
+/// The 32-weight block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): quantizes `x` once to Q8 blocks, then integer dot
 /// products in parallel over weight rows. With several rows of `x`, they are
 /// interleaved by four and each weight panel is reused across all groups.
 ///
@@ -146,6 +150,55 @@ fn quantized(
             Ok::<(), BackendError>(())
         })?;
     transpose_into(&out_t, m4, m, n, out);
+    Ok(())
+}
+
+/// Q4_K, Q5_K and Q6_K weights with few rows of `x` (decode): quantizes each row of
+/// `x` to Q8_K super-blocks, then integer dot products in parallel over weight rows,
+/// each task dotting its rows with every row of `x`. More rows take dequantize +
+/// gemm, which the f32 microkernel makes faster than per-row dots.
+fn k_quantized(
+    x: &[f32],
+    m: usize,
+    w: Weight<'_>,
+    kind: KQuantKind,
+    row_bytes: usize,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (k, n) = (w.k, w.n);
+    let nb = k / QK_K;
+    let mut xq = vec![BlockQ8K::default(); m * nb];
+    for (q, x) in xq.chunks_mut(nb).zip(x.chunks(k)) {
+        quantize_row_k(x, q)?;
+    }
+    let tasks = rayon::current_num_threads() * QUANT_TASKS_PER_THREAD;
+    let task_rows = n.div_ceil(tasks).max(QUANT_MIN_TASK_ROWS);
+    let weights = w.bytes.par_chunks(task_rows * row_bytes);
+    if m == 1 {
+        return out
+            .par_chunks_mut(task_rows)
+            .zip(weights)
+            .try_for_each(|(o, wb)| dot_rows_k(kind, wb, &xq, o));
+    }
+    // Transposed output: row `j` of `w` gives `out_t[j·m..j·m + m]`.
+    let mut out_t = vec![0.0f32; n * m];
+    out_t
+        .par_chunks_mut(task_rows * m)
+        .zip(weights)
+        .try_for_each_init(
+            || vec![0.0f32; task_rows],
+            |tmp, (o, wb)| {
+                let rows = o.len() / m;
+                for (i, xi) in xq.chunks(nb).enumerate() {
+                    dot_rows_k(kind, wb, xi, &mut tmp[..rows])?;
+                    for (o, &v) in o.iter_mut().skip(i).step_by(m).zip(tmp.iter()) {
+                        *o = v;
+                    }
+                }
+                Ok::<(), BackendError>(())
+            },
+        )?;
+    transpose_into(&out_t, m, m, n, out);
     Ok(())
 }
 
@@ -353,7 +406,14 @@ mod tests {
 
     #[test]
     fn block_quantized_weights_match_dequantized_naive() {
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::IQ4NL,
+        ] {
             let bb = dtype.block_bytes();
             for (k, n) in [(32, 3), (96, 37), (576, 61)] {
                 let mut bytes: Vec<u8> = lcg(50 + k as u64, n * k / 32 * bb)
@@ -364,7 +424,7 @@ mod tests {
                 for (b, block) in bytes.chunks_mut(bb).enumerate() {
                     let d = 0.01 + 0.001 * (b % 7) as f32;
                     block[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-                    if dtype == DType::Q4_1 {
+                    if matches!(dtype, DType::Q4_1 | DType::Q5_1) {
                         block[2..4].copy_from_slice(&f16::from_f32(-8.0 * d).to_le_bytes());
                     }
                 }
@@ -387,6 +447,9 @@ mod tests {
             (DType::Q4K, [0, 2]),
             (DType::Q5K, [0, 2]),
             (DType::Q6K, [208, 208]),
+            (DType::Q2K, [80, 82]),
+            (DType::Q3K, [108, 108]),
+            (DType::IQ4XS, [0, 0]),
         ] {
             let blocks = n * k / 256;
             let mut bytes: Vec<u8> = lcg(46, blocks * dtype.block_bytes())
@@ -406,6 +469,35 @@ mod tests {
                 &naive(&x, m, &wq, n, k),
                 1e-4,
             );
+            // Decode-sized inputs take the Q8_K integer kernels where there are some:
+            // within the bound of 8-bit activations (half a step of 256-blocks).
+            for m in 1..=4 {
+                let out = run(&x[..m * k], m, dtype, &bytes, n, k);
+                let want = naive(&x[..m * k], m, &wq, n, k);
+                if KQuantKind::of(dtype).is_none() {
+                    assert_close(&out, &want, 1e-4);
+                    continue;
+                }
+                for i in 0..m {
+                    let xi = &x[i * k..(i + 1) * k];
+                    for j in 0..n {
+                        let wj = &wq[j * k..(j + 1) * k];
+                        let bound: f32 = xi
+                            .chunks(QK_K)
+                            .zip(wj.chunks(QK_K))
+                            .map(|(xb, wb)| {
+                                let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                                amax / 254.0 * wb.iter().map(|v| v.abs()).sum::<f32>()
+                            })
+                            .sum();
+                        let (g, r) = (out[i * n + j], want[i * n + j]);
+                        assert!(
+                            (g - r).abs() <= bound + 1e-5 * (1.0 + r.abs()),
+                            "{dtype} m {m} [{i}, {j}]: {g} vs {r}, bound {bound}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -5,7 +5,10 @@
 
 use std::arch::x86_64::*;
 
-use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
+use super::{
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK,
+};
+use crate::backend::cpu::quant::IQ4_VALUES;
 
 /// 16 bytes as a vector.
 #[inline]
@@ -234,6 +237,59 @@ pub(super) fn unpack_q8_0(b: &BlockQ8_0) -> Unpacked {
     (_mm256_sign_epi8(q, q), q, half(b.d), 0.0)
 }
 
+/// Byte `j` of the result is 0x10 where bit `j` of `qh` (little-endian) is set: each
+/// byte gets the `qh` byte holding its bit, all bits but that one are set, and only
+/// bytes that end up all ones compare equal.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fifth_bits(qh: [u8; 4]) -> __m256i {
+    let bytes = _mm256_set1_epi32(i32::from_le_bytes(qh));
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    let bytes = _mm256_shuffle_epi8(bytes, spread);
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi8(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// Q5_0: five-bit values, scale `d`, offset `−16·d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn unpack_q5_0(b: &BlockQ5_0) -> Unpacked {
+    let d = half(b.d);
+    let q = _mm256_or_si256(nibbles(&b.qs), fifth_bits(b.qh));
+    (q, _mm256_setzero_si256(), d, -16.0 * d)
+}
+
+/// Q5_1: five-bit values, scale `d`, offset `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn unpack_q5_1(b: &BlockQ5_1) -> Unpacked {
+    let (d, m) = half2(b.dm);
+    let q = _mm256_or_si256(nibbles(&b.qs), fifth_bits(b.qh));
+    (q, _mm256_setzero_si256(), d, m)
+}
+
+/// [`IQ4_VALUES`] in both 128-bit halves, for `shuffle_epi8` lookups.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn iq4_table() -> __m128i {
+    // SAFETY: `IQ4_VALUES` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(IQ4_VALUES.as_ptr().cast()) }
+}
+
+/// IQ4_NL: the table values of the nibbles as `|v|` with the signs of `v` moved onto
+/// the activations, scale `d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn unpack_iq4_nl(b: &BlockIQ4NL) -> Unpacked {
+    let table = _mm256_broadcastsi128_si256(iq4_table());
+    let v = _mm256_shuffle_epi8(table, nibbles(&b.qs));
+    (_mm256_sign_epi8(v, v), v, half(b.d), 0.0)
+}
+
 /// Declares the `unsafe` entry points, one per weight format and layout.
 macro_rules! entry_points {
     ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $signed:literal;)*) => {$(
@@ -261,4 +317,7 @@ entry_points! {
     q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, false;
     q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, false;
     q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, true;
+    q5_0, q5_0_x4, BlockQ5_0, unpack_q5_0, false;
+    q5_1, q5_1_x4, BlockQ5_1, unpack_q5_1, false;
+    iq4_nl, iq4_nl_x4, BlockIQ4NL, unpack_iq4_nl, true;
 }

@@ -8,8 +8,13 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{half, half2, hsum, load32, unpack_q4_0, unpack_q4_1, unpack_q8_0, Unpacked};
-use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
+use super::avx2::{
+    half, half2, hsum, iq4_table, load32, unpack_iq4_nl, unpack_q4_0, unpack_q4_1, unpack_q5_0,
+    unpack_q5_1, unpack_q8_0, Unpacked,
+};
+use super::{
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK,
+};
 
 /// `lanes · (y, its signs flipped where the weight's are negative when SIGNED)`, as 8
 /// f32 lanes of i32 sums of four products each.
@@ -163,6 +168,38 @@ fn unpack512_q8_0(b: &BlockQ8_0) -> Unpacked512 {
     (_mm512_broadcast_i64x4(lanes), k | (k << 32), d, m)
 }
 
+/// `nibbles` plus 16 where the fifth bit in `qh` is set, in both 256-bit halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn five_bits512(qh: [u8; 4], nibbles: __m512i) -> __m512i {
+    let k = u64::from(u32::from_le_bytes(qh));
+    _mm512_mask_add_epi8(nibbles, k | (k << 32), nibbles, _mm512_set1_epi8(0x10))
+}
+
+/// Q5_0 for [`rows_x4`]: five-bit values, scale `d`, offset `−16·d`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_q5_0(b: &BlockQ5_0) -> Unpacked512 {
+    let d = half(b.d);
+    (five_bits512(b.qh, nibbles512(&b.qs)), 0, d, -16.0 * d)
+}
+
+/// Q5_1 for [`rows_x4`]: five-bit values, scale `d`, offset `m`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_q5_1(b: &BlockQ5_1) -> Unpacked512 {
+    let (d, m) = half2(b.dm);
+    (five_bits512(b.qh, nibbles512(&b.qs)), 0, d, m)
+}
+
+/// IQ4_NL for [`rows_x4`]: `|v|` of the table values and the mask of negative `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack512_iq4_nl(b: &BlockIQ4NL) -> Unpacked512 {
+    let v = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(iq4_table()), nibbles512(&b.qs));
+    (_mm512_abs_epi8(v), _mm512_movepi8_mask(v), half(b.d), 0.0)
+}
+
 /// Declares the `unsafe` entry points, one per weight format and layout.
 macro_rules! entry_points {
     ($($name:ident, $x4:ident, $b:ty, $unpack:ident, $unpack512:ident, $signed:literal;)*) => {$(
@@ -190,4 +227,7 @@ entry_points! {
     q4_0, q4_0_x4, BlockQ4_0, unpack_q4_0, unpack512_q4_0, false;
     q4_1, q4_1_x4, BlockQ4_1, unpack_q4_1, unpack512_q4_1, false;
     q8_0, q8_0_x4, BlockQ8_0, unpack_q8_0, unpack512_q8_0, true;
+    q5_0, q5_0_x4, BlockQ5_0, unpack_q5_0, unpack512_q5_0, false;
+    q5_1, q5_1_x4, BlockQ5_1, unpack_q5_1, unpack512_q5_1, false;
+    iq4_nl, iq4_nl_x4, BlockIQ4NL, unpack_iq4_nl, unpack512_iq4_nl, true;
 }

@@ -3,17 +3,23 @@
 //!
 //! Activations are quantized per row to [`BlockQ8`] (ggml's Q8_1: 32 `i8` with a scale
 //! and the scaled sum), and each weight block is dotted with them in integers, the way
-//! llama.cpp does for Q4_0, Q4_1 and Q8_0 weights. Prefill interleaves four
+//! llama.cpp does for the 32-weight formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL. Prefill interleaves four
 //! activation rows per block ([`BlockQ8x4`]) so each unpacked weight block serves four
 //! rows, their scales handled as one vector.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+mod kquant;
 mod scalar;
+mod scalar_k;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_k;
 
 use std::sync::OnceLock;
 
@@ -21,6 +27,8 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::backend::BackendError;
 use crate::graph::DType;
+
+pub(crate) use kquant::{dot_rows_k, quantize_row_k, BlockQ8K, KQuantKind, QK_K};
 
 /// Elements per quantization block.
 pub(crate) const QK: usize = 32;
@@ -75,6 +83,34 @@ pub(crate) struct BlockQ8_0 {
     qs: [i8; 32],
 }
 
+/// ggml `block_q5_0`: f16 scale, the fifth bits (bit `j` for weight `j`), 32 nibbles,
+/// weights `(q − 16)·d`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ5_0 {
+    d: [u8; 2],
+    qh: [u8; 4],
+    qs: [u8; 16],
+}
+
+/// ggml `block_q5_1`: f16 scale and minimum, the fifth bits, 32 nibbles, `q·d + m`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ5_1 {
+    dm: [u8; 4],
+    qh: [u8; 4],
+    qs: [u8; 16],
+}
+
+/// ggml `block_iq4_nl`: f16 scale, 32 nibbles indexing [`IQ4_VALUES`](crate::backend::cpu::quant::IQ4_VALUES), weights
+/// `IQ4_VALUES[q]·d`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockIQ4NL {
+    d: [u8; 2],
+    qs: [u8; 16],
+}
+
 /// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j` of `w`, rows of
 /// `x.len()` blocks.
 type RowsFn<B> = fn(&[B], &[BlockQ8], &mut [f32]);
@@ -90,9 +126,15 @@ struct Table {
     q4_0: RowsFn<BlockQ4_0>,
     q4_1: RowsFn<BlockQ4_1>,
     q8_0: RowsFn<BlockQ8_0>,
+    q5_0: RowsFn<BlockQ5_0>,
+    q5_1: RowsFn<BlockQ5_1>,
+    iq4_nl: RowsFn<BlockIQ4NL>,
     q4_0_x4: RowsX4Fn<BlockQ4_0>,
     q4_1_x4: RowsX4Fn<BlockQ4_1>,
     q8_0_x4: RowsX4Fn<BlockQ8_0>,
+    q5_0_x4: RowsX4Fn<BlockQ5_0>,
+    q5_1_x4: RowsX4Fn<BlockQ5_1>,
+    iq4_nl_x4: RowsX4Fn<BlockIQ4NL>,
 }
 
 impl Table {
@@ -101,9 +143,15 @@ impl Table {
         q4_0: scalar::rows_q4_0,
         q4_1: scalar::rows_q4_1,
         q8_0: scalar::rows_q8_0,
+        q5_0: scalar::rows_q5_0,
+        q5_1: scalar::rows_q5_1,
+        iq4_nl: scalar::rows_iq4_nl,
         q4_0_x4: scalar::rows_q4_0_x4,
         q4_1_x4: scalar::rows_q4_1_x4,
         q8_0_x4: scalar::rows_q8_0_x4,
+        q5_0_x4: scalar::rows_q5_0_x4,
+        q5_1_x4: scalar::rows_q5_1_x4,
+        iq4_nl_x4: scalar::rows_iq4_nl_x4,
     };
 
     /// The AVX2 table when this CPU supports it.
@@ -117,9 +165,15 @@ impl Table {
             q4_0: x86::q4_0,
             q4_1: x86::q4_1,
             q8_0: x86::q8_0,
+            q5_0: x86::q5_0,
+            q5_1: x86::q5_1,
+            iq4_nl: x86::iq4_nl,
             q4_0_x4: x86::q4_0_x4,
             q4_1_x4: x86::q4_1_x4,
             q8_0_x4: x86::q8_0_x4,
+            q5_0_x4: x86::q5_0_x4,
+            q5_1_x4: x86::q5_1_x4,
+            iq4_nl_x4: x86::iq4_nl_x4,
         })
     }
 
@@ -137,10 +191,51 @@ impl Table {
             q4_0: x86::vnni_q4_0,
             q4_1: x86::vnni_q4_1,
             q8_0: x86::vnni_q8_0,
+            q5_0: x86::vnni_q5_0,
+            q5_1: x86::vnni_q5_1,
+            iq4_nl: x86::vnni_iq4_nl,
             q4_0_x4: x86::vnni_q4_0_x4,
             q4_1_x4: x86::vnni_q4_1_x4,
             q8_0_x4: x86::vnni_q8_0_x4,
+            q5_0_x4: x86::vnni_q5_0_x4,
+            q5_1_x4: x86::vnni_q5_1_x4,
+            iq4_nl_x4: x86::vnni_iq4_nl_x4,
         })
+    }
+
+    /// `out[j] = w row j · x` with `kind`'s kernel, or `None` when the shapes do not fit
+    /// (see [`run`]).
+    fn dot(&self, kind: QuantKind, w: &[u8], x: &[BlockQ8], out: &mut [f32]) -> Option<()> {
+        let (nb, n) = (x.len(), out.len());
+        match kind {
+            QuantKind::Q4_0 => run(w, nb, n, 1, |w| (self.q4_0)(w, x, out)),
+            QuantKind::Q4_1 => run(w, nb, n, 1, |w| (self.q4_1)(w, x, out)),
+            QuantKind::Q8_0 => run(w, nb, n, 1, |w| (self.q8_0)(w, x, out)),
+            QuantKind::Q5_0 => run(w, nb, n, 1, |w| (self.q5_0)(w, x, out)),
+            QuantKind::Q5_1 => run(w, nb, n, 1, |w| (self.q5_1)(w, x, out)),
+            QuantKind::IQ4NL => run(w, nb, n, 1, |w| (self.iq4_nl)(w, x, out)),
+        }
+    }
+
+    /// `out[j·stride + i] = w row j · x row i` with `kind`'s four-row kernel, or `None`
+    /// when the shapes do not fit (see [`run`]).
+    fn dot_x4(
+        &self,
+        kind: QuantKind,
+        w: &[u8],
+        x: &[BlockQ8x4],
+        out: &mut [f32],
+        st: usize,
+    ) -> Option<()> {
+        let (nb, n) = (x.len(), out.len());
+        match kind {
+            QuantKind::Q4_0 => run(w, nb, n, st, |w| (self.q4_0_x4)(w, x, out, st)),
+            QuantKind::Q4_1 => run(w, nb, n, st, |w| (self.q4_1_x4)(w, x, out, st)),
+            QuantKind::Q8_0 => run(w, nb, n, st, |w| (self.q8_0_x4)(w, x, out, st)),
+            QuantKind::Q5_0 => run(w, nb, n, st, |w| (self.q5_0_x4)(w, x, out, st)),
+            QuantKind::Q5_1 => run(w, nb, n, st, |w| (self.q5_1_x4)(w, x, out, st)),
+            QuantKind::IQ4NL => run(w, nb, n, st, |w| (self.iq4_nl_x4)(w, x, out, st)),
+        }
     }
 
     /// The best table for this CPU, chosen on first use.
@@ -160,7 +255,10 @@ impl Table {
 /// [`Table::avx2`] and [`Table::avx512`] after the features were detected.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{avx2, avx512, BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4};
+    use super::{
+        avx2, avx512, BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8, BlockQ8_0,
+        BlockQ8x4,
+    };
 
     pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8]) {
         // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
@@ -183,15 +281,27 @@ mod x86 {
         q4_0 = avx2::q4_0(BlockQ4_0, BlockQ8);
         q4_1 = avx2::q4_1(BlockQ4_1, BlockQ8);
         q8_0 = avx2::q8_0(BlockQ8_0, BlockQ8);
+        q5_0 = avx2::q5_0(BlockQ5_0, BlockQ8);
+        q5_1 = avx2::q5_1(BlockQ5_1, BlockQ8);
+        iq4_nl = avx2::iq4_nl(BlockIQ4NL, BlockQ8);
         q4_0_x4 = avx2::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
         q4_1_x4 = avx2::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
         q8_0_x4 = avx2::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
+        q5_0_x4 = avx2::q5_0_x4(BlockQ5_0, BlockQ8x4, stride);
+        q5_1_x4 = avx2::q5_1_x4(BlockQ5_1, BlockQ8x4, stride);
+        iq4_nl_x4 = avx2::iq4_nl_x4(BlockIQ4NL, BlockQ8x4, stride);
         vnni_q4_0 = avx512::q4_0(BlockQ4_0, BlockQ8);
         vnni_q4_1 = avx512::q4_1(BlockQ4_1, BlockQ8);
         vnni_q8_0 = avx512::q8_0(BlockQ8_0, BlockQ8);
+        vnni_q5_0 = avx512::q5_0(BlockQ5_0, BlockQ8);
+        vnni_q5_1 = avx512::q5_1(BlockQ5_1, BlockQ8);
+        vnni_iq4_nl = avx512::iq4_nl(BlockIQ4NL, BlockQ8);
         vnni_q4_0_x4 = avx512::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
         vnni_q4_1_x4 = avx512::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
         vnni_q8_0_x4 = avx512::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
+        vnni_q5_0_x4 = avx512::q5_0_x4(BlockQ5_0, BlockQ8x4, stride);
+        vnni_q5_1_x4 = avx512::q5_1_x4(BlockQ5_1, BlockQ8x4, stride);
+        vnni_iq4_nl_x4 = avx512::iq4_nl_x4(BlockIQ4NL, BlockQ8x4, stride);
     }
 }
 
@@ -204,6 +314,12 @@ pub(crate) enum QuantKind {
     Q4_1,
     /// [`DType::Q8_0`].
     Q8_0,
+    /// [`DType::Q5_0`].
+    Q5_0,
+    /// [`DType::Q5_1`].
+    Q5_1,
+    /// [`DType::IQ4NL`].
+    IQ4NL,
 }
 
 impl QuantKind {
@@ -213,6 +329,9 @@ impl QuantKind {
             DType::Q4_0 => Some(QuantKind::Q4_0),
             DType::Q4_1 => Some(QuantKind::Q4_1),
             DType::Q8_0 => Some(QuantKind::Q8_0),
+            DType::Q5_0 => Some(QuantKind::Q5_0),
+            DType::Q5_1 => Some(QuantKind::Q5_1),
+            DType::IQ4NL => Some(QuantKind::IQ4NL),
             _ => None,
         }
     }
@@ -239,13 +358,10 @@ pub(crate) fn dot_rows(
     x: &[BlockQ8],
     out: &mut [f32],
 ) -> Result<(), BackendError> {
-    let t = Table::get();
-    let done = match kind {
-        QuantKind::Q4_0 => run(w, x.len(), out.len(), 1, |w| (t.q4_0)(w, x, out)),
-        QuantKind::Q4_1 => run(w, x.len(), out.len(), 1, |w| (t.q4_1)(w, x, out)),
-        QuantKind::Q8_0 => run(w, x.len(), out.len(), 1, |w| (t.q8_0)(w, x, out)),
-    };
-    done.ok_or_else(|| shape_error(w.len(), x.len(), out.len(), 1))
+    let n = out.len();
+    Table::get()
+        .dot(kind, w, x, out)
+        .ok_or_else(|| shape_error(w.len(), x.len(), n, 1))
 }
 
 /// `out[j·stride + i] = Σ_k w[j, k]·x[i, k]` for every row `j` of `w` and the four
@@ -257,14 +373,10 @@ pub(crate) fn dot_rows_x4(
     out: &mut [f32],
     stride: usize,
 ) -> Result<(), BackendError> {
-    let t = Table::get();
     let n = out.len();
-    let done = match kind {
-        QuantKind::Q4_0 => run(w, x.len(), n, stride, |w| (t.q4_0_x4)(w, x, out, stride)),
-        QuantKind::Q4_1 => run(w, x.len(), n, stride, |w| (t.q4_1_x4)(w, x, out, stride)),
-        QuantKind::Q8_0 => run(w, x.len(), n, stride, |w| (t.q8_0_x4)(w, x, out, stride)),
-    };
-    done.ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
+    Table::get()
+        .dot_x4(kind, w, x, out, stride)
+        .ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
 }
 
 /// Runs `f` on `w` as blocks `B` when it is whole rows of `nb ≥ 1` blocks and `n_out`

@@ -5,7 +5,10 @@
 
 use half::f16;
 
-use super::{BlockQ4_0, BlockQ4_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK};
+use super::{
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8, BlockQ8_0, BlockQ8x4, QK,
+};
+use crate::backend::cpu::quant::IQ4_VALUES;
 
 /// Quantizes each 32 values of `x` to one block: `d = max|x| / 127`, `q = round(x / d)`
 /// (ties to even, as the SIMD rounding does), `s = d·Σq`.
@@ -34,6 +37,19 @@ fn dot_nibbles(qs: &[u8; 16], y: &[i8; QK]) -> i32 {
     qs.iter()
         .enumerate()
         .map(|(j, &q)| (q & 0xF) as i32 * y[j] as i32 + (q >> 4) as i32 * y[j + 16] as i32)
+        .sum()
+}
+
+/// Σ of the 32 five-bit values (nibbles of `qs` plus bit `j` of `qh` as 16) times `y`.
+fn dot_five_bits(qh: [u8; 4], qs: &[u8; 16], y: &[i8; QK]) -> i32 {
+    let qh = u32::from_le_bytes(qh);
+    let high = |j: usize| (((qh >> j) & 1) << 4) as i32;
+    qs.iter()
+        .enumerate()
+        .map(|(j, &q)| {
+            ((q & 0xF) as i32 + high(j)) * y[j] as i32
+                + ((q >> 4) as i32 + high(j + 16)) * y[j + 16] as i32
+        })
         .sum()
 }
 
@@ -97,6 +113,33 @@ fn q8_0(wb: &BlockQ8_0, (xd, _, xq): XBlock<'_>) -> (f32, f32) {
     (half(wb.d) * xd * dot as f32, 0.0)
 }
 
+/// Q5_0 block: `d_w·d_x·Σ q_w·q_x − 16·d_w·s_x`.
+fn q5_0(wb: &BlockQ5_0, (xd, xs, xq): XBlock<'_>) -> (f32, f32) {
+    let d = half(wb.d);
+    (
+        d * xd * dot_five_bits(wb.qh, &wb.qs, xq) as f32,
+        -16.0 * d * xs,
+    )
+}
+
+/// Q5_1 block: `d_w·d_x·Σ q_w·q_x + m_w·s_x`.
+fn q5_1(wb: &BlockQ5_1, (xd, xs, xq): XBlock<'_>) -> (f32, f32) {
+    let (d, m) = (half([wb.dm[0], wb.dm[1]]), half([wb.dm[2], wb.dm[3]]));
+    (d * xd * dot_five_bits(wb.qh, &wb.qs, xq) as f32, m * xs)
+}
+
+/// IQ4_NL block: `d_w·d_x·Σ IQ4_VALUES[q_w]·q_x`.
+fn iq4_nl(wb: &BlockIQ4NL, (xd, _, xq): XBlock<'_>) -> (f32, f32) {
+    let v = |q: u8| IQ4_VALUES[q as usize] as i32;
+    let dot: i32 = wb
+        .qs
+        .iter()
+        .enumerate()
+        .map(|(j, &q)| v(q & 0xF) * xq[j] as i32 + v(q >> 4) * xq[j + 16] as i32)
+        .sum();
+    (half(wb.d) * xd * dot as f32, 0.0)
+}
+
 /// Q4_0 weights × one quantized row.
 pub(super) fn rows_q4_0(w: &[BlockQ4_0], x: &[BlockQ8], out: &mut [f32]) {
     rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q4_0);
@@ -125,4 +168,34 @@ pub(super) fn rows_q4_1_x4(w: &[BlockQ4_1], x: &[BlockQ8x4], out: &mut [f32], st
 /// Q8_0 weights × four interleaved rows.
 pub(super) fn rows_q8_0_x4(w: &[BlockQ8_0], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
     rows(w, x.len(), out, st, |b| x4(&x[b]), q8_0);
+}
+
+/// Q5_0 weights × one quantized row.
+pub(super) fn rows_q5_0(w: &[BlockQ5_0], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q5_0);
+}
+
+/// Q5_1 weights × one quantized row.
+pub(super) fn rows_q5_1(w: &[BlockQ5_1], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], q5_1);
+}
+
+/// IQ4_NL weights × one quantized row.
+pub(super) fn rows_iq4_nl(w: &[BlockIQ4NL], x: &[BlockQ8], out: &mut [f32]) {
+    rows(w, x.len(), out, 1, |b| [(x[b].d, x[b].s, &x[b].qs)], iq4_nl);
+}
+
+/// Q5_0 weights × four interleaved rows.
+pub(super) fn rows_q5_0_x4(w: &[BlockQ5_0], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), q5_0);
+}
+
+/// Q5_1 weights × four interleaved rows.
+pub(super) fn rows_q5_1_x4(w: &[BlockQ5_1], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), q5_1);
+}
+
+/// IQ4_NL weights × four interleaved rows.
+pub(super) fn rows_iq4_nl_x4(w: &[BlockIQ4NL], x: &[BlockQ8x4], out: &mut [f32], st: usize) {
+    rows(w, x.len(), out, st, |b| x4(&x[b]), iq4_nl);
 }

@@ -5,13 +5,16 @@ use half::f16;
 
 use super::{dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, Table, QK};
 use crate::backend::cpu::kernels::testutil::lcg;
+use crate::graph::DType;
 
 /// Random blocks of `kind` with finite scales in a realistic range.
 fn weights(kind: QuantKind, rows: usize, nb: usize, seed: u64) -> Vec<u8> {
     let (bytes, scales) = match kind {
-        QuantKind::Q4_0 => (18, 1),
+        QuantKind::Q4_0 | QuantKind::IQ4NL => (18, 1),
         QuantKind::Q4_1 => (20, 2),
         QuantKind::Q8_0 => (34, 1),
+        QuantKind::Q5_0 => (22, 1),
+        QuantKind::Q5_1 => (24, 2),
     };
     let noise = lcg(seed, rows * nb * bytes);
     let mut w: Vec<u8> = noise.iter().map(|v| (v * 255.0) as i32 as u8).collect();
@@ -58,23 +61,14 @@ fn run(t: &Table, kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usi
     let nb = x.len() / xr;
     if xr == 1 {
         let mut out = vec![f32::NAN; rows];
-        match kind {
-            QuantKind::Q4_0 => (t.q4_0)(bytemuck::cast_slice(w), x, &mut out),
-            QuantKind::Q4_1 => (t.q4_1)(bytemuck::cast_slice(w), x, &mut out),
-            QuantKind::Q8_0 => (t.q8_0)(bytemuck::cast_slice(w), x, &mut out),
-        }
+        t.dot(kind, w, x, &mut out).unwrap();
         return out;
     }
     let x4 = interleave_x4(x, xr, nb);
     let stride = 4 * x4.len() / nb + 2;
     let mut out = vec![f32::NAN; rows * stride];
     for (g, xg) in x4.chunks(nb).enumerate() {
-        let o = &mut out[4 * g..];
-        match kind {
-            QuantKind::Q4_0 => (t.q4_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
-            QuantKind::Q4_1 => (t.q4_1_x4)(bytemuck::cast_slice(w), xg, o, stride),
-            QuantKind::Q8_0 => (t.q8_0_x4)(bytemuck::cast_slice(w), xg, o, stride),
-        }
+        t.dot_x4(kind, w, xg, &mut out[4 * g..], stride).unwrap();
     }
     for row in out.chunks(stride) {
         assert!(row[stride - 2..].iter().all(|v| v.is_nan()), "gap written");
@@ -116,10 +110,20 @@ fn quantize_round_trips_within_half_a_step() {
     }
 }
 
+/// Every kind with integer kernels, with its dtype.
+const KINDS: [(QuantKind, DType); 6] = [
+    (QuantKind::Q4_0, DType::Q4_0),
+    (QuantKind::Q4_1, DType::Q4_1),
+    (QuantKind::Q8_0, DType::Q8_0),
+    (QuantKind::Q5_0, DType::Q5_0),
+    (QuantKind::Q5_1, DType::Q5_1),
+    (QuantKind::IQ4NL, DType::IQ4NL),
+];
+
 /// Every kernel of `simd` against its scalar twin over several block counts, odd
 /// weight-row counts and 1..5 or 17 activation rows.
 fn check_dot_kernels(simd: &Table) {
-    for kind in [QuantKind::Q4_0, QuantKind::Q4_1, QuantKind::Q8_0] {
+    for (kind, _) in KINDS {
         for (nb, rows) in [(1, 3), (2, 5), (18, 7), (48, 2)] {
             let w = weights(kind, rows, nb, 10 + nb as u64);
             for xr in [1, 2, 3, 4, 5, 17] {
@@ -164,11 +168,8 @@ fn avx512_dot_kernels_match_scalar_twins() {
 #[test]
 fn scalar_dots_equal_f32_dots_of_dequantized_values() {
     let nb = 3;
-    for (kind, dtype) in [
-        (QuantKind::Q4_0, crate::graph::DType::Q4_0),
-        (QuantKind::Q4_1, crate::graph::DType::Q4_1),
-        (QuantKind::Q8_0, crate::graph::DType::Q8_0),
-    ] {
+    for (kind, dtype) in KINDS {
+        assert_eq!(QuantKind::of(dtype), Some(kind));
         let w = weights(kind, 2, nb, 30);
         let mut wf = vec![0.0; 2 * nb * QK];
         crate::backend::cpu::quant::dequantize(dtype, &w, &mut wf).unwrap();
@@ -179,10 +180,15 @@ fn scalar_dots_equal_f32_dots_of_dequantized_values() {
             .collect();
         let got = run(&Table::SCALAR, kind, &w, &x, 1, 2);
         for (j, wrow) in wf.chunks(nb * QK).enumerate() {
-            let want: f32 = wrow.iter().zip(&xf).map(|(a, b)| a * b).sum();
+            let want: f64 = wrow
+                .iter()
+                .zip(&xf)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum();
+            let (g, want) = (got[j] as f64, want);
             assert!(
-                (got[j] - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                "{kind:?}"
+                (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{kind:?}: {g} vs {want}"
             );
         }
     }

@@ -1,0 +1,230 @@
+//! Integer dot products for the 256-weight K-quant formats (Q4_K, Q5_K, Q6_K) with
+//! activations quantized per row to [`BlockQ8K`] (ggml's Q8_K: one f32 scale, 256
+//! `i8`, the sums of each 16), the way llama.cpp does: sub-block scales multiply
+//! integer partial sums, minima and offsets come from the block sums, and each
+//! super-block costs one f32 multiply-add. AVX2 where the CPU has it (AVX-512 CPUs
+//! take the same kernels), the portable scalar twins elsewhere.
+
+use std::sync::OnceLock;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::scalar_k;
+use crate::backend::BackendError;
+use crate::graph::DType;
+
+/// Weights per K-quant super-block.
+pub(crate) const QK_K: usize = 256;
+
+/// 256 activations as `x ≈ d·q`, with `bsums[i]` the sum of `qs[16i..16i + 16]` for
+/// the formats whose weights carry a minimum or an offset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub(crate) struct BlockQ8K {
+    /// Scale.
+    pub d: f32,
+    /// Quantized values.
+    pub qs: [i8; QK_K],
+    /// Sums of each 16 consecutive `qs`.
+    pub bsums: [i16; QK_K / 16],
+}
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        Zeroable::zeroed()
+    }
+}
+
+/// ggml `block_q4_k`: f16 scale and minimum scale, 8 packed 6-bit sub-block scales and
+/// minima, 256 nibbles (32-byte chunk `c`: sub-block `2c` in the low nibbles, `2c + 1`
+/// in the high); weight `d·sc·q − dmin·m`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ4K {
+    pub(super) dm: [u8; 4],
+    pub(super) scales: [u8; 12],
+    pub(super) qs: [u8; 128],
+}
+
+/// ggml `block_q5_k`: Q4_K plus a fifth bit per weight (`qh[l]` bit `s` for weight `l`
+/// of sub-block `s`).
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ5K {
+    pub(super) dm: [u8; 4],
+    pub(super) scales: [u8; 12],
+    pub(super) qh: [u8; 32],
+    pub(super) qs: [u8; 128],
+}
+
+/// ggml `block_q6_k`: low nibbles, high bit pairs, 16 `i8` sub-block scales, f16
+/// scale; weight `d·sc·(q − 32)`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockQ6K {
+    pub(super) ql: [u8; 128],
+    pub(super) qh: [u8; 64],
+    pub(super) scales: [i8; 16],
+    pub(super) d: [u8; 2],
+}
+
+/// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j`, rows of
+/// `x.len()` super-blocks.
+type RowsFn<B> = fn(&[B], &[BlockQ8K], &mut [f32]);
+
+/// One implementation of every K-quant kernel.
+#[derive(Clone, Copy)]
+pub(super) struct KTable {
+    pub(super) q4_k: RowsFn<BlockQ4K>,
+    pub(super) q5_k: RowsFn<BlockQ5K>,
+    pub(super) q6_k: RowsFn<BlockQ6K>,
+}
+
+impl KTable {
+    /// The portable kernels.
+    pub(super) const SCALAR: KTable = KTable {
+        q4_k: scalar_k::rows_q4_k,
+        q5_k: scalar_k::rows_q5_k,
+        q6_k: scalar_k::rows_q6_k,
+    };
+
+    /// The AVX2 kernels when this CPU supports them.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn avx2() -> Option<KTable> {
+        let ok = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        ok.then_some(KTable {
+            q4_k: x86::q4_k,
+            q5_k: x86::q5_k,
+            q6_k: x86::q6_k,
+        })
+    }
+
+    /// The best table for this CPU, chosen on first use.
+    fn get() -> &'static KTable {
+        static TABLE: OnceLock<KTable> = OnceLock::new();
+        TABLE.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(t) = KTable::avx2() {
+                return t;
+            }
+            KTable::SCALAR
+        })
+    }
+
+    /// `out[j] = w row j · x` with `kind`'s kernel, or `None` when `w` is not whole rows
+    /// of `x.len() ≥ 1` super-blocks with one output each.
+    pub(super) fn dot(
+        &self,
+        kind: KQuantKind,
+        w: &[u8],
+        x: &[BlockQ8K],
+        out: &mut [f32],
+    ) -> Option<()> {
+        match kind {
+            KQuantKind::Q4K => run(w, x.len(), out.len(), |w| (self.q4_k)(w, x, out)),
+            KQuantKind::Q5K => run(w, x.len(), out.len(), |w| (self.q5_k)(w, x, out)),
+            KQuantKind::Q6K => run(w, x.len(), out.len(), |w| (self.q6_k)(w, x, out)),
+        }
+    }
+}
+
+/// Safe entry points to the AVX2 kernels, installed only by [`KTable::avx2`] after the
+/// features were detected.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::super::avx2_k;
+    use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+
+    /// Safe wrappers of `avx2_k::$name` for a table built after feature detection.
+    macro_rules! wrap {
+        ($($name:ident($b:ty);)*) => {$(
+            pub(super) fn $name(w: &[$b], x: &[BlockQ8K], out: &mut [f32]) {
+                // SAFETY: only reachable through a table built after detecting
+                // avx2/fma/f16c.
+                unsafe { avx2_k::$name(w, x, out) }
+            }
+        )*};
+    }
+
+    wrap! {
+        q4_k(BlockQ4K);
+        q5_k(BlockQ5K);
+        q6_k(BlockQ6K);
+    }
+}
+
+/// Runs `f` on `w` as blocks `B` when it is whole rows of `nb ≥ 1` blocks and there is
+/// one output per row.
+fn run<B: Pod>(w: &[u8], nb: usize, n_out: usize, f: impl FnOnce(&[B])) -> Option<()> {
+    let w: &[B] = bytemuck::try_cast_slice(w).ok()?;
+    let rows = w.len().checked_div(nb)?;
+    (rows * nb == w.len() && n_out == rows).then(|| f(w))
+}
+
+/// K-quant weight formats with an integer dot-product kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KQuantKind {
+    /// [`DType::Q4K`].
+    Q4K,
+    /// [`DType::Q5K`].
+    Q5K,
+    /// [`DType::Q6K`].
+    Q6K,
+}
+
+impl KQuantKind {
+    /// The kind for `dtype`, if it has K-quant integer kernels.
+    pub(crate) fn of(dtype: DType) -> Option<KQuantKind> {
+        match dtype {
+            DType::Q4K => Some(KQuantKind::Q4K),
+            DType::Q5K => Some(KQuantKind::Q5K),
+            DType::Q6K => Some(KQuantKind::Q6K),
+            _ => None,
+        }
+    }
+}
+
+/// Quantizes `x` (a whole number of 256-blocks) into `out`: `d = max|x| / 127`,
+/// `q = round(x / d)` (ties to even), and the block sums. Scalar: it is O(k) per row
+/// against the dot products' O(n·k).
+pub(crate) fn quantize_row_k(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), BackendError> {
+    if x.len() != out.len() * QK_K {
+        return Err(BackendError::Input(format!(
+            "cannot quantize {} values into {} blocks of {QK_K}",
+            x.len(),
+            out.len()
+        )));
+    }
+    for (x, o) in x.chunks_exact(QK_K).zip(out) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        for (q, &v) in o.qs.iter_mut().zip(x) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+        for (s, q) in o.bsums.iter_mut().zip(o.qs.chunks_exact(16)) {
+            *s = q.iter().map(|&v| v as i16).sum();
+        }
+        o.d = amax / 127.0;
+    }
+    Ok(())
+}
+
+/// `out[j] = Σ_k w[j, k]·x[k]` for every row `j` of `w` (raw bytes of `kind`), with `x`
+/// one row quantized by [`quantize_row_k`].
+pub(crate) fn dot_rows_k(
+    kind: KQuantKind,
+    w: &[u8],
+    x: &[BlockQ8K],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let n = out.len();
+    KTable::get().dot(kind, w, x, out).ok_or_else(|| {
+        BackendError::Input(format!(
+            "K-quant dot: {} weight bytes are not {n} rows of {} super-blocks",
+            w.len(),
+            x.len()
+        ))
+    })
+}
