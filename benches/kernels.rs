@@ -26,10 +26,16 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q8_0, 64, 576, 1536),
     (DType::Q8_0, 1, 576, 49152),
     (DType::Q4K, 1, 1536, 576),
+    (DType::F16, 1, 576, 1536),
+    (DType::F16, 64, 576, 1536),
+    (DType::F16, 1, 576, 49152),
+    (DType::BF16, 1, 576, 1536),
+    (DType::BF16, 64, 576, 1536),
 ];
 
-/// Deterministic weight bytes for `[n, k]` of `dtype` with small finite f16 scales at
-/// the start of each block (K-quants: at both f16 slots of Q4_K).
+/// Deterministic weight bytes for `[n, k]` of `dtype`: values in [-1, 1) for f16 and
+/// bf16; otherwise random bytes with small finite f16 scales at the start of each
+/// block (K-quants: at both f16 slots of Q4_K).
 fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
     let len = dtype.bytes_for(n * k).expect("whole blocks");
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
@@ -39,6 +45,17 @@ fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
             (s >> 56) as u8
         })
         .collect();
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        for v in bytes.chunks_mut(2) {
+            let x = v[0] as f32 / 128.0 - 1.0;
+            let b = match dtype {
+                DType::F16 => f16::from_f32(x).to_le_bytes(),
+                _ => half::bf16::from_f32(x).to_le_bytes(),
+            };
+            v.copy_from_slice(&b);
+        }
+        return bytes;
+    }
     let scale = f16::from_f32(0.01).to_le_bytes();
     for block in bytes.chunks_mut(dtype.block_bytes()) {
         block[..2].copy_from_slice(&scale);

@@ -14,3 +14,4 @@ pub mod plot;
 pub mod report;
 pub mod sensors;
 pub mod stats;
+pub mod tensor_mix;

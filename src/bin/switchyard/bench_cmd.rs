@@ -12,6 +12,7 @@ use switchyard::backend::KvDType;
 
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
+use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
 use crate::model_args::ModelArgs;
@@ -70,6 +71,8 @@ struct Report {
     threads: usize,
     reps: usize,
     results: Vec<TestResult>,
+    /// Weight bytes read per decode step × the median tok/s of the `tg` test, GB/s.
+    decode_read_gb_s: Option<f64>,
     peak_rss_bytes: Option<u64>,
 }
 
@@ -83,6 +86,8 @@ struct ModelReport {
     n_layers: usize,
     d_model: usize,
     vocab_size: usize,
+    /// Tensors and bytes per dtype, and the weight bytes one decode step reads.
+    tensors: TensorMix,
 }
 
 /// Runs the command.
@@ -163,6 +168,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .threads
         .filter(|&t| t > 0)
         .unwrap_or(env.cores_logical);
+    let tensors = TensorMix::of(&model.config, model.weights.as_ref());
+    let decode_read_gb_s = results
+        .iter()
+        .find(|r| r.test.starts_with("tg"))
+        .map(|r| tensors.decode_gb_s(r.summary.median));
     let report = Report {
         env,
         model: ModelReport {
@@ -174,6 +184,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             n_layers: model.config.n_layers,
             d_model: model.config.d_model,
             vocab_size: model.config.vocab_size,
+            tensors,
         },
         backends: runner
             .backends()
@@ -184,6 +195,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         threads,
         reps: args.reps,
         results,
+        decode_read_gb_s,
         peak_rss_bytes: peak_rss_bytes(),
     };
     if args.json {
@@ -240,6 +252,19 @@ fn print_table(report: &Report) {
             r.test,
             s.median,
             format!("{:.2}–{:.2}", s.min, s.max)
+        );
+    }
+    if let Some(gb_s) = report.decode_read_gb_s {
+        let mix = &report.model.tensors;
+        let types: Vec<String> = mix
+            .dtypes
+            .iter()
+            .map(|d| format!("{} {}×", d.dtype, d.tensors))
+            .collect();
+        println!(
+            "\ndecode reads {:.1} MB of weights per token ({}): {gb_s:.1} GB/s at the tg median",
+            mix.decode_read_bytes as f64 / 1e6,
+            types.join(", ")
         );
     }
     let rss = report.peak_rss_bytes.map_or_else(|| "n/a".into(), mib);

@@ -1,10 +1,12 @@
 //! `x · Wᵀ` for `x [M, K]` in f32 and `W [N, K]` of any weight dtype: `gemm` for f32
-//! weights and for other dtypes dequantized a tile of rows at a time; per-row dot
-//! products in parallel over `N` when `M` is small (decode).
+//! weights, integer kernels for Q4_0/Q4_1/Q8_0, SIMD float kernels for F16/BF16
+//! ([`super::matmul_float`]), and for other dtypes `gemm` on tiles of dequantized rows,
+//! or per-row dot products in parallel over `N` when `M` is small (decode).
 
 use rayon::prelude::*;
 
-use super::{check_len, PARALLEL_MIN};
+use super::float::FloatKind;
+use super::{check_len, matmul_float, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
 use crate::backend::cpu::simd::{
     dot_rows as simd_dot_rows, dot_rows_k, dot_rows_x4, interleave_x4, quantize_row,
@@ -78,6 +80,9 @@ pub(crate) fn matmul(
     }
     if let Some(kind) = KQuantKind::of(w.dtype).filter(|_| m <= DOT_MAX_ROWS) {
         return k_quantized(x, m, w, kind, row_bytes, out);
+    }
+    if let Some(kind) = FloatKind::of(w.dtype) {
+        return matmul_float::matmul(x, m, w, kind, out);
     }
     if m <= DOT_MAX_ROWS {
         return dot_rows(x, m, w, row_bytes, out);
@@ -205,7 +210,7 @@ fn k_quantized(
 /// `out [m, n]` from its transpose `out_t [n, stride]` (`stride ≥ m`), writing `out`
 /// in order (strided reads are much cheaper than strided writes), rows in parallel
 /// when large.
-fn transpose_into(out_t: &[f32], stride: usize, m: usize, n: usize, out: &mut [f32]) {
+pub(super) fn transpose_into(out_t: &[f32], stride: usize, m: usize, n: usize, out: &mut [f32]) {
     let row = |(i, o): (usize, &mut [f32])| {
         for (o, &v) in o.iter_mut().zip(out_t[i..].iter().step_by(stride)) {
             *o = v;
@@ -272,7 +277,15 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out[i, col0 + j] = Σ_k x[i, k] · w[j, k]` for `j < n`, `out` having rows of
 /// `stride` ≥ `col0 + n`.
-fn gemm_xwt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [f32], col0: usize) {
+pub(super) fn gemm_xwt(
+    x: &[f32],
+    m: usize,
+    w: &[f32],
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    col0: usize,
+) {
     let threads = rayon::current_num_threads();
     let stride = out.len() / m;
     assert!(x.len() >= m * k && w.len() >= n * k && col0 + n <= stride && m * stride == out.len());
@@ -313,7 +326,7 @@ fn gemm_xwt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [f32],
 
 #[cfg(test)]
 mod tests {
-    use half::f16;
+    use half::{bf16, f16};
 
     use super::super::testutil::{assert_close, lcg};
     use super::*;
@@ -356,22 +369,36 @@ mod tests {
         }
     }
 
+    /// F16 and BF16 weights on the decode (`m ≤ 4`) and prefill paths. Activations
+    /// are bf16 values, so the bf16 dot product (which rounds them to bf16) computes the
+    /// same products as the f64 reference.
     #[test]
-    fn f16_weights_match_naive() {
+    fn f16_and_bf16_weights_match_naive() {
         let k = 64;
-        for (m, n) in [(2, 37), (9, 300)] {
-            let x = lcg(42, m * k);
-            let w: Vec<f32> = lcg(43, n * k)
+        for (m, n) in [(1, 37), (2, 37), (4, 53), (9, 300)] {
+            let x: Vec<f32> = lcg(42, m * k)
                 .iter()
-                .map(|&v| f16::from_f32(v).to_f32())
+                .map(|&v| bf16::from_f32(v).to_f32())
                 .collect();
-            let f16_bytes: Vec<u8> = w
+            let values = lcg(43, n * k);
+            let f16_w: Vec<f32> = values.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+            let f16_bytes: Vec<u8> = values
                 .iter()
                 .flat_map(|&v| f16::from_f32(v).to_le_bytes())
                 .collect();
             assert_close(
                 &run(&x, m, DType::F16, &f16_bytes, n, k),
-                &naive(&x, m, &w, n, k),
+                &naive(&x, m, &f16_w, n, k),
+                1e-4,
+            );
+            let bf16_w: Vec<f32> = values.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
+            let bf16_bytes: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+                .collect();
+            assert_close(
+                &run(&x, m, DType::BF16, &bf16_bytes, n, k),
+                &naive(&x, m, &bf16_w, n, k),
                 1e-4,
             );
         }

@@ -4,8 +4,10 @@
 pub(super) mod attention;
 pub(super) mod elementwise;
 pub(super) mod embedding;
+mod float;
 pub(super) mod layout;
 pub(super) mod matmul;
+mod matmul_float;
 pub(super) mod norm;
 pub(super) mod rope;
 
