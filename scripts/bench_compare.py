@@ -79,7 +79,8 @@ def main():
         rows.append({"label": label, "sy": sy, "ll": ll,
                      "rss_sy": max((r.get("peak_rss_bytes") or 0) for r in sy_runs),
                      "rss_ll": max(rss_ll, default=0), "model_kv": m["file_bytes"] + m["kv_bytes"],
-                     "types": sy_runs[0].get("tensor_types")})
+                     "types": (m.get("tensors") or {}).get("dtypes"),
+                     "gb_s": [r["decode_read_gb_s"] for r in sy_runs if r.get("decode_read_gb_s")]})
 
     env = first["env"]
     tests = [r["test"] for r in first["results"]]
@@ -125,16 +126,19 @@ def main():
                   f"| {s['median'] / l['median']:.2f}× | {s['mean'] / l['mean']:.2f}× |")
 
     print("\nMemory (MiB):\n")
-    print("| model | switchyard peak RSS | model + KV | ratio | llama-bench peak RSS |")
-    print("|---|---:|---:|---:|---:|")
+    print("| model | switchyard peak RSS | model + KV | ratio | llama-bench peak RSS | switchyard decode read GB/s |")
+    print("|---|---:|---:|---:|---:|---:|")
     for row in rows:
         ratio = f"{row['rss_sy'] / row['model_kv']:.2f}" if row["rss_sy"] and row["model_kv"] else "n/a"
-        print(f"| {row['label']} | {mib(row['rss_sy'])} | {mib(row['model_kv'])} | {ratio} | {mib(row['rss_ll'])} |")
+        gb_s = f"{statistics.median(row['gb_s']):.1f}" if row["gb_s"] else "n/a"
+        print(f"| {row['label']} | {mib(row['rss_sy'])} | {mib(row['model_kv'])} | {ratio} "
+              f"| {mib(row['rss_ll'])} | {gb_s} |")
     if any(row["types"] for row in rows):
-        print("\nTensor types (switchyard bench --json):")
+        print("\nTensor types (switchyard bench --json; tensors, MiB):")
         for row in rows:
             if row["types"]:
-                print(f"  {row['label']}: {json.dumps(row['types'])}")
+                mix = ", ".join(f"{t['dtype']} {t['tensors']} ({t['bytes'] / 2**20:.1f})" for t in row["types"])
+                print(f"  {row['label']}: {mix}")
 
 
 if __name__ == "__main__":
