@@ -219,7 +219,8 @@ fn every_unsupported_hf_variant_is_refused_by_key_and_value() {
             "config.json use_sliding_window = true",
         ),
         (
-            serde_json::json!({"model_type": "gemma2", "use_bidirectional_attention": true}),
+            serde_json::json!({"model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh",
+                "use_bidirectional_attention": true}),
             "config.json use_bidirectional_attention = true",
         ),
         (
@@ -235,8 +236,8 @@ fn every_unsupported_hf_variant_is_refused_by_key_and_value() {
             r#"config.json attention_bias = "yes""#,
         ),
         (
-            serde_json::json!({"model_type": "phi3"}),
-            "unsupported: architecture \"phi3\"",
+            serde_json::json!({"model_type": "mixtral"}),
+            "unsupported: architecture \"mixtral\"",
         ),
     ];
     for (changes, want) in cases {
