@@ -23,7 +23,9 @@ use switchyard::backend::{
 use switchyard::cache::{WeightSource, WeightStore};
 use switchyard::coexec::{split_graph, SplitRule};
 use switchyard::exec::Executor;
-use switchyard::graph::{AttentionParams, DType, Graph, GraphBuilder, OpKind, RopeMode, ValueId};
+use switchyard::graph::{
+    AttentionParams, AttentionVariant, DType, Graph, GraphBuilder, OpKind, RopeMode, ValueId,
+};
 use switchyard::plan::{partition, partition_pinned, Placement, Policy};
 
 #[derive(Default)]
@@ -360,7 +362,7 @@ const HEADS: usize = 6;
 const KV_HEADS: usize = 2;
 const HEAD_DIM: usize = 12;
 
-fn attention_graph(n: usize) -> Graph {
+fn attention_graph(n: usize, variant: AttentionVariant) -> Graph {
     one(|g| {
         let q = g.input("q", DType::F32, [n, HEADS * HEAD_DIM]).unwrap();
         let k = g.input("k", DType::F32, [n, KV_HEADS * HEAD_DIM]).unwrap();
@@ -372,7 +374,7 @@ fn attention_graph(n: usize) -> Graph {
             head_dim: HEAD_DIM as u32,
             scale: 1.0 / (HEAD_DIM as f32).sqrt(),
         };
-        g.attention(q, k, v, p).unwrap()
+        g.attention_variant(q, k, v, p, variant).unwrap()
     })
 }
 
@@ -395,6 +397,7 @@ fn attention_sequence(
     dtype: KvDType,
     steps: &[(usize, bool)],
     bound: f32,
+    variant: AttentionVariant,
 ) {
     let store = WeightStore::new(Arc::new(Weights::default()));
     let cpu_set = set(vec![cpu()]);
@@ -417,7 +420,7 @@ fn attention_sequence(
                 kv_len,
                 kv: Some(cache),
             };
-            let exec = executor(attention_graph(n), backends, &store, expect);
+            let exec = executor(attention_graph(n, variant), backends, &store, expect);
             exec.run(&inputs, state).unwrap()[0].to_f32_vec().unwrap()
         };
         let want = run(&cpu_set, BackendId::CPU, &mut cpu_kv);
@@ -448,7 +451,27 @@ fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migratio
         (1, false),
         (2, true),
     ];
-    attention_sequence(&gpu, 4, KvDType::F32, &steps, 1e-4);
+    attention_sequence(
+        &gpu,
+        4,
+        KvDType::F32,
+        &steps,
+        1e-4,
+        AttentionVariant::default(),
+    );
+}
+
+/// Gemma 2 / Mistral attention: a 4-position sliding window and soft-capped scores,
+/// prefill and decode on the GPU against the CPU kernel, migrating in between.
+#[test]
+fn windowed_soft_capped_attention_matches_the_cpu() {
+    let Some(gpu) = open() else { return };
+    let steps = [(9, true), (1, true), (2, false), (1, true), (3, true)];
+    let variant = AttentionVariant {
+        window: Some(4),
+        softcap: Some(1.5),
+    };
+    attention_sequence(&gpu, 7, KvDType::F32, &steps, 1e-4, variant);
 }
 
 #[test]
@@ -460,6 +483,7 @@ fn f16_host_cache_moves_to_the_gpu_within_f16_tolerance() {
         KvDType::F16,
         &[(5, false), (1, true), (1, true)],
         3e-3,
+        AttentionVariant::default(),
     );
 }
 

@@ -188,7 +188,9 @@ impl Capability {
             // Positions count the output as 0, so input i is position i + 1.
             let special = matches!(
                 (kind, position),
-                (OpKind::MatMul, 2) | (OpKind::Embedding, 1 | 2) | (OpKind::Rope, 2)
+                (OpKind::MatMul, 2)
+                    | (OpKind::Embedding, 1 | 2)
+                    | (OpKind::Rope | OpKind::RopeFreqs, 2)
             );
             let accepted = self.dtypes.contains(operand.dtype)
                 || (special && self.operand_dtypes.contains(operand.dtype));

@@ -18,6 +18,16 @@ pub struct AttentionParams {
     pub scale: f32,
 }
 
+/// Optional variants of attention (see [`Op::Attention`]); the default is plain
+/// causal attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttentionVariant {
+    /// Positions each query sees, itself included (`None`: all earlier ones).
+    pub window: Option<u32>,
+    /// Score soft-capping `c · tanh(s / c)` (`None`: none).
+    pub softcap: Option<f32>,
+}
+
 /// Builds a [`Graph`] node by node, in topological order by construction.
 #[derive(Default)]
 pub struct GraphBuilder {
@@ -135,6 +145,22 @@ impl GraphBuilder {
         self.unary(Op::Gelu, x)
     }
 
+    /// `x · scale + bias` element-wise.
+    pub fn affine(&mut self, x: ValueId, scale: f32, bias: f32) -> Built {
+        self.unary(Op::Affine { scale, bias }, x)
+    }
+
+    /// `cap · tanh(x / cap)` element-wise; `cap` must be positive.
+    pub fn softcap(&mut self, x: ValueId, cap: f32) -> Built {
+        if !(cap.is_finite() && cap > 0.0) {
+            return Err(GraphError::Attribute {
+                op: OpKind::SoftCap,
+                detail: format!("cap {cap} must be positive"),
+            });
+        }
+        self.unary(Op::SoftCap { cap }, x)
+    }
+
     /// Softmax over the last axis.
     pub fn softmax(&mut self, x: ValueId) -> Built {
         self.unary(Op::Softmax, x)
@@ -215,8 +241,59 @@ impl GraphBuilder {
         self.push(op, vec![x, positions], xs.shape, xs.dtype)
     }
 
+    /// Rotary embedding of `x [N, H, Dh]` at `positions [N]`, pair `i` turning by
+    /// `pos · inv_freq[i]` (band-wise scaled RoPE), the rotated dims' cos and sin
+    /// multiplied by `attn_factor`.
+    pub fn rope_freqs(
+        &mut self,
+        x: ValueId,
+        positions: ValueId,
+        mode: RopeMode,
+        inv_freq: Vec<f32>,
+        attn_factor: f32,
+    ) -> Built {
+        let n_rot = 2 * inv_freq.len();
+        // Same operand checks as plain RoPE, on a throwaway node.
+        let checked = self.rope(x, positions, mode, n_rot as u32, 1.0, 1.0)?;
+        let node = self.nodes.pop().expect("rope just pushed a node");
+        debug_assert_eq!(checked.index(), self.nodes.len());
+        if inv_freq.iter().any(|f| !f.is_finite()) || !attn_factor.is_finite() {
+            return Err(GraphError::Attribute {
+                op: OpKind::RopeFreqs,
+                detail: "inverse frequencies and the attention factor must be finite".into(),
+            });
+        }
+        let op = Op::RopeFreqs {
+            mode,
+            inv_freq,
+            attn_factor,
+        };
+        self.push(op, node.inputs, node.shape, node.dtype)
+    }
+
     /// Causal grouped-query attention of `q` over the KV cache, after appending `k`, `v`.
     pub fn attention(&mut self, q: ValueId, k: ValueId, v: ValueId, p: AttentionParams) -> Built {
+        self.attention_variant(q, k, v, p, AttentionVariant::default())
+    }
+
+    /// [`GraphBuilder::attention`] with a sliding window and/or score soft-capping.
+    pub fn attention_variant(
+        &mut self,
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        p: AttentionParams,
+        variant: AttentionVariant,
+    ) -> Built {
+        let AttentionVariant { window, softcap } = variant;
+        if window == Some(0) || softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return Err(GraphError::Attribute {
+                op: OpKind::Attention,
+                detail: format!(
+                    "window {window:?} must hold a position and softcap {softcap:?} be positive"
+                ),
+            });
+        }
         let qs = self.float_operand(OpKind::Attention, 0, q)?.clone();
         let ks = self.float_operand(OpKind::Attention, 1, k)?.shape.clone();
         let vs = self.float_operand(OpKind::Attention, 2, v)?.shape.clone();
@@ -247,6 +324,8 @@ impl GraphBuilder {
             n_kv_heads: p.n_kv_heads,
             head_dim: p.head_dim,
             scale: p.scale,
+            window,
+            softcap,
         };
         self.push(op, vec![q, k, v], qs.shape, qs.dtype)
     }

@@ -155,18 +155,44 @@ fn write_attributes(op: &Op, w: &mut CanonicalWriter) {
             w.f32(*freq_base);
             w.f32(*freq_scale);
         }
+        Op::RopeFreqs {
+            mode,
+            inv_freq,
+            attn_factor,
+        } => {
+            w.u8(match mode {
+                RopeMode::Normal => 0,
+                RopeMode::Neox => 1,
+            });
+            w.u64(inv_freq.len() as u64);
+            for f in inv_freq {
+                w.f32(*f);
+            }
+            w.f32(*attn_factor);
+        }
         Op::Attention {
             layer,
             n_heads,
             n_kv_heads,
             head_dim,
             scale,
+            window,
+            softcap,
         } => {
             w.u32(*layer);
             w.u32(*n_heads);
             w.u32(*n_kv_heads);
             w.u32(*head_dim);
             w.f32(*scale);
+            w.u32(window.unwrap_or(0));
+            w.f32(softcap.unwrap_or(0.0));
+        }
+        Op::Affine { scale, bias } => {
+            w.f32(*scale);
+            w.f32(*bias);
+        }
+        Op::SoftCap { cap } => {
+            w.f32(*cap);
         }
         Op::Transpose { perm } => {
             w.u8(perm.len() as u8);

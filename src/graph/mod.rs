@@ -12,7 +12,7 @@ mod op;
 mod passes;
 mod shape;
 
-pub use builder::{AttentionParams, GraphBuilder};
+pub use builder::{AttentionParams, AttentionVariant, GraphBuilder};
 pub use dtype::DType;
 pub use error::GraphError;
 pub use key::{default_hasher, CanonicalWriter, KeyHasher, StructuralKey};

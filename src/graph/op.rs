@@ -61,6 +61,19 @@ pub enum Op {
         /// Position scale (linear RoPE scaling); 1.0 for none.
         freq_scale: f32,
     },
+    /// Rotary position embedding with one inverse frequency per rotated pair, for
+    /// band-wise scaled RoPE (Llama 3.1 `llama3`, GGUF `rope_freqs`): pair `i` turns by
+    /// `pos · inv_freq[i]`. Inputs `[x [N, H, Dh], positions [N] i32]`; the first
+    /// `2 · inv_freq.len()` dims of each head rotate, the rest pass through.
+    RopeFreqs {
+        /// Which dimensions pair up.
+        mode: RopeMode,
+        /// Inverse frequency of each rotated pair.
+        inv_freq: Vec<f32>,
+        /// Multiplier of the rotated dims' cos and sin (Phi-3 `longrope`'s attention
+        /// factor; 1 for none).
+        attn_factor: f32,
+    },
     /// Causal grouped-query attention over the sequence's KV cache for `layer`.
     /// Inputs `[q [N, H·Dh], k [N, Hkv·Dh], v [N, Hkv·Dh]]` → `[N, H·Dh]`. The new
     /// keys and values are written at the cache's current length, which is a runtime
@@ -76,6 +89,25 @@ pub enum Op {
         head_dim: u32,
         /// Score scale, usually `1/sqrt(head_dim)`.
         scale: f32,
+        /// Sliding window: the query at position `p` sees only positions `> p - w`
+        /// (`None`: every earlier position).
+        window: Option<u32>,
+        /// Score soft-capping (Gemma 2): scores become `c · tanh(s / c)` before the
+        /// softmax (`None`: scores as they are).
+        softcap: Option<f32>,
+    },
+    /// `x · scale + bias` element-wise with constant `scale` and `bias` (Gemma's
+    /// embedding scale `√d` and its `1 + w` norm weights).
+    Affine {
+        /// Multiplier.
+        scale: f32,
+        /// Addend.
+        bias: f32,
+    },
+    /// Soft-capping `cap · tanh(x / cap)` element-wise (Gemma 2's final logits).
+    SoftCap {
+        /// The cap.
+        cap: f32,
     },
     /// Same data, new shape (element count unchanged).
     Reshape,
@@ -130,11 +162,14 @@ pub enum OpKind {
     Slice,
     Cast,
     Transfer,
+    RopeFreqs,
+    Affine,
+    SoftCap,
 }
 
 impl OpKind {
     /// Every kind, in tag order.
-    pub const ALL: [OpKind; 20] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Input,
         OpKind::Weight,
         OpKind::Embedding,
@@ -155,6 +190,9 @@ impl OpKind {
         OpKind::Slice,
         OpKind::Cast,
         OpKind::Transfer,
+        OpKind::RopeFreqs,
+        OpKind::Affine,
+        OpKind::SoftCap,
     ];
 
     /// Lower-case name used in plans and error messages.
@@ -180,6 +218,9 @@ impl OpKind {
             OpKind::Slice => "slice",
             OpKind::Cast => "cast",
             OpKind::Transfer => "transfer",
+            OpKind::RopeFreqs => "rope_freqs",
+            OpKind::Affine => "affine",
+            OpKind::SoftCap => "softcap",
         }
     }
 
@@ -212,6 +253,9 @@ impl Op {
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::Softmax => OpKind::Softmax,
             Op::Rope { .. } => OpKind::Rope,
+            Op::RopeFreqs { .. } => OpKind::RopeFreqs,
+            Op::Affine { .. } => OpKind::Affine,
+            Op::SoftCap { .. } => OpKind::SoftCap,
             Op::Attention { .. } => OpKind::Attention,
             Op::Reshape => OpKind::Reshape,
             Op::Transpose { .. } => OpKind::Transpose,

@@ -91,7 +91,8 @@ impl Sequence {
 
 impl Runner {
     /// A runner for a model of `config` whose tensors come from `weights`, with room for
-    /// `context` positions per sequence.
+    /// `context` positions per sequence, at most the model's `context_length` (which
+    /// bounds where the model's math is exact, e.g. `longrope`).
     pub fn new(
         config: LlamaConfig,
         weights: Arc<dyn ModelWeights>,
@@ -102,6 +103,7 @@ impl Runner {
         let store = WeightStore::new(weights.clone());
         let policy = Policy::default();
         let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
+        let context = context.min(config.context_length);
         Runner {
             config,
             weights,

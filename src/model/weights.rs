@@ -16,10 +16,31 @@ pub struct GgufWeights(pub GgufFile);
 /// The tensors of a Hugging Face directory, named the HF way.
 pub struct HfWeights(pub HfModel);
 
+impl WeightInfo for GgufFile {
+    fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
+        let t = self.tensor_info(&role.gguf_name())?;
+        Some((t.dtype, t.shape.clone()))
+    }
+
+    fn name(&self, role: TensorRole) -> String {
+        role.gguf_name()
+    }
+}
+
+impl WeightInfo for HfModel {
+    fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
+        let t = self.tensor_meta(&role.hf_name())?;
+        Some((t.dtype, t.shape.clone()))
+    }
+
+    fn name(&self, role: TensorRole) -> String {
+        role.hf_name()
+    }
+}
+
 impl WeightInfo for GgufWeights {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
-        let t = self.0.tensor_info(&role.gguf_name())?;
-        Some((t.dtype, t.shape.clone()))
+        self.0.info(role)
     }
 
     fn name(&self, role: TensorRole) -> String {
@@ -29,8 +50,7 @@ impl WeightInfo for GgufWeights {
 
 impl WeightInfo for HfWeights {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
-        let t = self.0.tensor_meta(&role.hf_name())?;
-        Some((t.dtype, t.shape.clone()))
+        self.0.info(role)
     }
 
     fn name(&self, role: TensorRole) -> String {

@@ -7,7 +7,7 @@ use super::kernels::embedding::embedding;
 use super::kernels::layout::{concat, slice, transpose};
 use super::kernels::matmul::{matmul, Weight};
 use super::kernels::norm::{layer_norm, rms_norm, softmax};
-use super::kernels::rope::{rope, RopeParams};
+use super::kernels::rope::{rope, rope_table, RopeParams, RopeTable};
 use super::view::{with_f32_out, write_f32, View};
 use crate::backend::{BackendError, Refusal, StepState};
 use crate::graph::{DType, Node, Op, ValueId};
@@ -55,12 +55,14 @@ pub(super) fn run_node(
             };
             with_f32_out(dtype, out, |o| binary(op, &a, &b, o))
         }
-        Op::Silu | Op::Gelu => {
+        Op::Silu | Op::Gelu | Op::Affine { .. } | Op::SoftCap { .. } => {
             let x = arg(0)?.to_f32()?;
-            let op = if matches!(node.op, Op::Silu) {
-                Unary::Silu
-            } else {
-                Unary::Gelu
+            let op = match node.op {
+                Op::Silu => Unary::Silu,
+                Op::Gelu => Unary::Gelu,
+                Op::Affine { scale, bias } => Unary::Affine { scale, bias },
+                Op::SoftCap { cap } => Unary::SoftCap { cap },
+                _ => unreachable!("matched above"),
             };
             with_f32_out(dtype, out, |o| unary(op, &x, o))
         }
@@ -99,12 +101,31 @@ pub(super) fn run_node(
                 rope(&values, &positions, x.shape.last(), params, o)
             })
         }
+        Op::RopeFreqs {
+            mode,
+            inv_freq,
+            attn_factor,
+        } => {
+            let x = arg(0)?;
+            let (values, positions) = (x.to_f32()?, arg(1)?.to_i32()?);
+            with_f32_out(dtype, out, |o| {
+                let table = RopeTable {
+                    mode: *mode,
+                    inv_freq,
+                    freq_scale: 1.0,
+                    attn_factor: *attn_factor,
+                };
+                rope_table(&values, &positions, x.shape.last(), table, o)
+            })
+        }
         Op::Attention {
             layer,
             n_heads,
             n_kv_heads,
             head_dim,
             scale,
+            window,
+            softcap,
         } => {
             let (q, k, v) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?, arg(2)?.to_f32()?);
             let params = AttentionParams {
@@ -113,6 +134,8 @@ pub(super) fn run_node(
                 n_kv_heads: *n_kv_heads as usize,
                 head_dim: *head_dim as usize,
                 scale: *scale,
+                window: window.map(|w| w as usize),
+                softcap: *softcap,
             };
             with_f32_out(dtype, out, |o| attention(&q, &k, &v, params, state, o))
         }

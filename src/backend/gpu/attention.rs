@@ -20,6 +20,10 @@ pub(super) struct AttentionNode {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// Positions each query sees, itself included; 0 for all earlier ones.
+    pub window: u32,
+    /// Score soft-capping; 0 for none.
+    pub softcap: f32,
     pub q: wgpu::Buffer,
     pub k: wgpu::Buffer,
     pub v: wgpu::Buffer,
@@ -80,7 +84,15 @@ impl AttentionNode {
         let score = dispatch(
             gpu,
             &source("attn_scores", kernels::ATTN_SCORES),
-            &[heads, kv_heads, dh, cap, self.scale.to_bits()],
+            &[
+                heads,
+                kv_heads,
+                dh,
+                cap,
+                self.scale.to_bits(),
+                self.window,
+                self.softcap.to_bits(),
+            ],
             &[step, &self.q, keys, scores],
             [cap.div_ceil(64), heads, n],
         )?;

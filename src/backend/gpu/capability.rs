@@ -69,3 +69,38 @@ fn hints(gflops: f32, bandwidth_gbs: f32, launch_us: f32, transfer_gbs: f32) -> 
         transfer_us: 20.0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{MemorySpace, Refusal};
+    use crate::graph::{GraphBuilder, RopeMode};
+
+    /// Band-scaled RoPE (Llama 3.1) has no WGSL kernel: the GPU's capability refuses
+    /// it by kind, so the planner leaves it on the CPU, while plain RoPE stays here.
+    #[test]
+    fn rope_with_a_frequency_table_is_refused() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, [2, 3, 8]).unwrap();
+        let pos = b.input("pos", DType::I32, [2]).unwrap();
+        let plain = b.rope(x, pos, RopeMode::Neox, 8, 1e4, 1.0).unwrap();
+        let table = b
+            .rope_freqs(x, pos, RopeMode::Neox, vec![1.0, 0.5, 0.1, 0.01], 1.0)
+            .unwrap();
+        let g = b.finish(vec![plain, table]).unwrap();
+        let cap = Capability {
+            ops: OpSet::of(&OPS),
+            dtypes: DTypeSet::of(&[DType::F32]),
+            operand_dtypes: DTypeSet::of(&[DType::I32]),
+            max_dims: MAX_RANK as u8,
+            alignment: 1,
+            max_elements: usize::MAX,
+            priority: 20,
+            memory_space: MemorySpace(1),
+            version: "test".into(),
+            cost: hints(1.0, 1.0, 1.0, 1.0),
+        };
+        assert_eq!(cap.supports(&g, plain), Ok(()));
+        assert_eq!(cap.supports(&g, table), Err(Refusal::Op(OpKind::RopeFreqs)));
+    }
+}

@@ -130,6 +130,8 @@ impl GpuPartition {
                     n_kv_heads,
                     head_dim,
                     scale,
+                    window,
+                    softcap,
                 } => {
                     let [q, k, v] = [0, 1, 2].map(|i| ops.get(i).map(|o| o.buffer.clone()));
                     let (Some(q), Some(k), Some(v)) = (q, k, v) else {
@@ -144,6 +146,8 @@ impl GpuPartition {
                         kv_heads: *n_kv_heads as usize,
                         head_dim: *head_dim as usize,
                         scale: *scale,
+                        window: window.unwrap_or(0),
+                        softcap: softcap.unwrap_or(0.0),
                         q,
                         k,
                         v,

@@ -1,9 +1,14 @@
 //! Traces a Llama-family model step into the graph IR. The KV length is never part of
 //! a shape, so every decode step (one token) traces to the same graph.
 
-use crate::graph::{AttentionParams, DType, Graph, GraphBuilder, GraphError, Shape, ValueId};
+use crate::graph::{
+    AttentionParams, AttentionVariant, DType, Graph, GraphBuilder, GraphError, Shape, ValueId,
+};
 
-use super::{LlamaConfig, TensorRole};
+use std::collections::BTreeSet;
+
+use super::{Family, FfnActivation, LlamaConfig, RopeParams, TensorRole};
+use crate::graph::Op;
 
 /// Declared dtype and shape of a weight, as the model file has it.
 pub trait WeightInfo {
@@ -47,55 +52,96 @@ pub fn trace_step(
     if b.node(x)?.dtype != DType::F32 {
         x = b.cast(x, DType::F32)?;
     }
+    if let Some(scale) = config.embed_scale {
+        x = b.affine(x, scale, 0.0)?;
+    }
+    let gemma = config.family == Family::Gemma;
     let (h, hkv, dh) = (config.n_heads, config.n_kv_heads, config.head_dim);
-    for layer in 0..config.n_layers {
-        let norm = w(&mut b, TensorRole::AttnNorm(layer))?;
-        let hn = b.rms_norm(x, norm, config.rms_eps)?;
-        let project = |b: &mut GraphBuilder, weight: TensorRole, bias: TensorRole| {
-            let wv = w(b, weight)?;
-            let y = b.matmul(hn, wv)?;
-            match weights.info(bias) {
-                Some(_) => {
-                    let bv = w(b, bias)?;
-                    b.add(y, bv)
-                }
-                None => Ok(y),
+    // RMSNorm by the weight of `role`; Gemma stores `w` and scales by `1 + w`.
+    let norm = |b: &mut GraphBuilder, x: ValueId, role: TensorRole| {
+        let mut nw = w(b, role)?;
+        if gemma {
+            if b.node(nw)?.dtype != DType::F32 {
+                nw = b.cast(nw, DType::F32)?;
             }
+            nw = b.affine(nw, 1.0, 1.0)?;
+        }
+        b.rms_norm(x, nw, config.rms_eps)
+    };
+    // `x · wᵀ`, plus the bias when the file has one.
+    let linear = |b: &mut GraphBuilder, x: ValueId, weight: TensorRole, bias: TensorRole| {
+        let wv = w(b, weight)?;
+        let y = b.matmul(x, wv)?;
+        match weights.info(bias) {
+            Some(_) => {
+                let bv = w(b, bias)?;
+                b.add(y, bv)
+            }
+            None => Ok(y),
+        }
+    };
+    // Per-head RMSNorm (Qwen3's and Gemma 3's q_norm / k_norm) when the file has it.
+    let head_norm = |b: &mut GraphBuilder, x: ValueId, role: TensorRole| match weights.info(role) {
+        Some(_) => norm(b, x, role),
+        None => Ok(x),
+    };
+    let rotate = |b: &mut GraphBuilder, x: ValueId, rope: &RopeParams| match &rope.inv_freq {
+        Some(table) => b.rope_freqs(x, positions, rope.mode, table.clone(), rope.attn_factor),
+        None => b.rope(
+            x,
+            positions,
+            rope.mode,
+            rope.n_rot,
+            rope.freq_base,
+            rope.freq_scale,
+        ),
+    };
+    for layer in 0..config.n_layers {
+        let window = config.windows.get(layer).copied().flatten();
+        let rope = match (&config.rope_local, window) {
+            (Some(local), Some(_)) => local,
+            _ => &config.rope,
         };
-        let q = project(
-            &mut b,
-            TensorRole::AttnQ(layer),
-            TensorRole::AttnQBias(layer),
-        )?;
-        let k = project(
-            &mut b,
-            TensorRole::AttnK(layer),
-            TensorRole::AttnKBias(layer),
-        )?;
-        let v = project(
-            &mut b,
-            TensorRole::AttnV(layer),
-            TensorRole::AttnVBias(layer),
-        )?;
+        let hn = norm(&mut b, x, TensorRole::AttnNorm(layer))?;
+        let (q, k, v) = match weights.info(TensorRole::AttnQkv(layer)) {
+            // Phi-3's fused projection: q, k and v rows one after another.
+            Some(_) => {
+                let wv = w(&mut b, TensorRole::AttnQkv(layer))?;
+                let qkv = b.matmul(hn, wv)?;
+                let (q_end, k_end) = (h * dh, (h + hkv) * dh);
+                (
+                    b.slice(qkv, 1, 0, q_end)?,
+                    b.slice(qkv, 1, q_end, k_end)?,
+                    b.slice(qkv, 1, k_end, k_end + hkv * dh)?,
+                )
+            }
+            None => (
+                linear(
+                    &mut b,
+                    hn,
+                    TensorRole::AttnQ(layer),
+                    TensorRole::AttnQBias(layer),
+                )?,
+                linear(
+                    &mut b,
+                    hn,
+                    TensorRole::AttnK(layer),
+                    TensorRole::AttnKBias(layer),
+                )?,
+                linear(
+                    &mut b,
+                    hn,
+                    TensorRole::AttnV(layer),
+                    TensorRole::AttnVBias(layer),
+                )?,
+            ),
+        };
         let q = b.reshape(q, [n_tokens, h, dh])?;
         let k = b.reshape(k, [n_tokens, hkv, dh])?;
-        let rope = &config.rope;
-        let q = b.rope(
-            q,
-            positions,
-            rope.mode,
-            rope.n_rot,
-            rope.freq_base,
-            rope.freq_scale,
-        )?;
-        let k = b.rope(
-            k,
-            positions,
-            rope.mode,
-            rope.n_rot,
-            rope.freq_base,
-            rope.freq_scale,
-        )?;
+        let q = head_norm(&mut b, q, TensorRole::AttnQNorm(layer))?;
+        let k = head_norm(&mut b, k, TensorRole::AttnKNorm(layer))?;
+        let q = rotate(&mut b, q, rope)?;
+        let k = rotate(&mut b, k, rope)?;
         let q = b.reshape(q, [n_tokens, h * dh])?;
         let k = b.reshape(k, [n_tokens, hkv * dh])?;
         let params = AttentionParams {
@@ -103,30 +149,109 @@ pub fn trace_step(
             n_heads: h as u32,
             n_kv_heads: hkv as u32,
             head_dim: dh as u32,
-            scale: 1.0 / (dh as f32).sqrt(),
+            scale: config.attn_scale,
         };
-        let attn = b.attention(q, k, v, params)?;
-        let wo = w(&mut b, TensorRole::AttnOutput(layer))?;
-        let attn = b.matmul(attn, wo)?;
+        let variant = AttentionVariant {
+            window,
+            softcap: config.attn_softcap,
+        };
+        let attn = b.attention_variant(q, k, v, params, variant)?;
+        let mut attn = linear(
+            &mut b,
+            attn,
+            TensorRole::AttnOutput(layer),
+            TensorRole::AttnOutputBias(layer),
+        )?;
+        if gemma {
+            attn = norm(&mut b, attn, TensorRole::AttnPostNorm(layer))?;
+        }
         x = b.add(x, attn)?;
-        let norm = w(&mut b, TensorRole::FfnNorm(layer))?;
-        let hn = b.rms_norm(x, norm, config.rms_eps)?;
-        let gate = w(&mut b, TensorRole::FfnGate(layer))?;
-        let up = w(&mut b, TensorRole::FfnUp(layer))?;
-        let gate = b.matmul(hn, gate)?;
-        let up = b.matmul(hn, up)?;
-        let act = b.swiglu(gate, up)?;
-        let down = w(&mut b, TensorRole::FfnDown(layer))?;
-        let down = b.matmul(act, down)?;
+        let pre_ffn = match config.family {
+            Family::Llama => TensorRole::FfnNorm(layer),
+            Family::Gemma => TensorRole::FfnPreNorm(layer),
+        };
+        let hn = norm(&mut b, x, pre_ffn)?;
+        let (gate, up) = match weights.info(TensorRole::FfnGateUp(layer)) {
+            // Phi-3's fused projection: gate rows, then up rows.
+            Some(_) => {
+                let wv = w(&mut b, TensorRole::FfnGateUp(layer))?;
+                let gate_up = b.matmul(hn, wv)?;
+                let f = config.d_ffn;
+                (b.slice(gate_up, 1, 0, f)?, b.slice(gate_up, 1, f, 2 * f)?)
+            }
+            None => (
+                linear(
+                    &mut b,
+                    hn,
+                    TensorRole::FfnGate(layer),
+                    TensorRole::FfnGateBias(layer),
+                )?,
+                linear(
+                    &mut b,
+                    hn,
+                    TensorRole::FfnUp(layer),
+                    TensorRole::FfnUpBias(layer),
+                )?,
+            ),
+        };
+        let act = match config.activation {
+            FfnActivation::Silu => b.swiglu(gate, up)?,
+            FfnActivation::GeluTanh => {
+                let gate = b.gelu(gate)?;
+                b.mul(gate, up)?
+            }
+        };
+        let mut down = linear(
+            &mut b,
+            act,
+            TensorRole::FfnDown(layer),
+            TensorRole::FfnDownBias(layer),
+        )?;
+        if gemma {
+            down = norm(&mut b, down, TensorRole::FfnPostNorm(layer))?;
+        }
         x = b.add(x, down)?;
     }
     let last = b.embedding(x, logits_row)?;
-    let norm = w(&mut b, TensorRole::OutputNorm)?;
-    let last = b.rms_norm(last, norm, config.rms_eps)?;
-    let head = match weights.info(TensorRole::Output) {
-        Some(_) => w(&mut b, TensorRole::Output)?,
-        None => embd,
+    let last = norm(&mut b, last, TensorRole::OutputNorm)?;
+    let head = if config.tie_embeddings {
+        embd
+    } else {
+        w(&mut b, TensorRole::Output)?
     };
-    let logits = b.matmul(last, head)?;
+    let mut logits = b.matmul(last, head)?;
+    if let Some(cap) = config.final_softcap {
+        logits = b.softcap(logits, cap)?;
+    }
     b.finish(vec![logits])
+}
+
+/// Checks that a traced model reads every tensor in `names` except those in
+/// `unused_ok` (an untied-away `lm_head`, tensors the config already consumed), so
+/// that a tensor which would change the result is never silently skipped.
+pub fn check_tensors_used<'a>(
+    config: &LlamaConfig,
+    weights: &dyn WeightInfo,
+    names: impl IntoIterator<Item = &'a str>,
+    unused_ok: &dyn Fn(&str) -> bool,
+) -> Result<(), String> {
+    let graph = trace_step(config, weights, 1).map_err(|e| e.to_string())?;
+    let used: BTreeSet<&str> = graph
+        .nodes()
+        .iter()
+        .filter_map(|n| match &n.op {
+            Op::Weight { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    match names
+        .into_iter()
+        .find(|name| !used.contains(name) && !unused_ok(name))
+    {
+        Some(name) => Err(format!(
+            "tensor {name:?} is not used by the {} tracer",
+            config.architecture
+        )),
+        None => Ok(()),
+    }
 }

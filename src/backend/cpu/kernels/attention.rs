@@ -21,11 +21,16 @@ pub(crate) struct AttentionParams {
     pub head_dim: usize,
     /// Score scale.
     pub scale: f32,
+    /// Positions each query sees, itself included (`None`: all earlier ones).
+    pub window: Option<usize>,
+    /// Score soft-capping `c · tanh(s / c)` before the softmax (`None`: none).
+    pub softcap: Option<f32>,
 }
 
 /// Appends this step's `k`, `v` rows (`[N, n_kv_heads·head_dim]`) to layer `p.layer` of
 /// the cache at `state.kv_len`, then writes to `out` (`[N, n_heads·head_dim]`) the
-/// attention of each query token `t` over cache positions `0..=kv_len + t`.
+/// attention of each query token `t` over cache positions `0..=kv_len + t` (the last
+/// `p.window` of them with a sliding window).
 pub(crate) fn attention(
     q: &[f32],
     k: &[f32],
@@ -102,6 +107,8 @@ pub(crate) fn attention(
                     first_seen: kv_len + first + 1,
                     head_dim: dh,
                     scale: p.scale,
+                    window: p.window,
+                    softcap: p.softcap,
                 };
                 let mut local = vec![0.0; tokens * group * dh];
                 if wide {
@@ -201,6 +208,10 @@ struct GroupTask<'a> {
     first_seen: usize,
     head_dim: usize,
     scale: f32,
+    /// Positions each query sees, itself included (`None`: all earlier ones).
+    window: Option<usize>,
+    /// Score soft-capping (`None`: none).
+    softcap: Option<f32>,
 }
 
 impl GroupTask<'_> {
@@ -241,7 +252,16 @@ impl GroupTask<'_> {
             }
         }
         for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
-            softmax_in_place(&mut probs[..self.first_seen + r / self.group]);
+            let seen = self.first_seen + r / self.group;
+            // Positions before the window get probability exactly zero.
+            let first = self.window.map_or(0, |w| seen.saturating_sub(w));
+            probs[..first].fill(f32::NEG_INFINITY);
+            if let Some(cap) = self.softcap {
+                probs[first..seen]
+                    .iter_mut()
+                    .for_each(|s| *s = cap * (*s / cap).tanh());
+            }
+            softmax_in_place(&mut probs[..seen]);
         }
         out.fill(0.0);
         for j in 0..seen_max {
@@ -316,10 +336,20 @@ mod tests {
         n_kv_heads: 2,
         head_dim: 5,
         scale: 0.4,
+        window: None,
+        softcap: None,
     };
 
-    /// Attention of all `total` tokens with full (non-cached) causal masking.
-    fn naive(q: &[f32], k: &[f32], v: &[f32], total: usize) -> Vec<f32> {
+    /// Attention of all `total` tokens with full (non-cached) causal masking, each
+    /// token seeing the last `window` positions when given.
+    fn naive(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        total: usize,
+        window: Option<usize>,
+        softcap: Option<f64>,
+    ) -> Vec<f32> {
         let (dh, qw, kw) = (
             P.head_dim,
             P.n_heads * P.head_dim,
@@ -327,21 +357,23 @@ mod tests {
         );
         let mut out = vec![0.0; total * qw];
         for t in 0..total {
+            let first = window.map_or(0, |w| (t + 1).saturating_sub(w));
             for h in 0..P.n_heads {
                 let kh = h / (P.n_heads / P.n_kv_heads);
-                let s: Vec<f64> = (0..=t)
+                let s: Vec<f64> = (first..=t)
                     .map(|j| {
-                        (0..dh)
+                        let s = (0..dh)
                             .map(|d| (q[t * qw + h * dh + d] * k[j * kw + kh * dh + d]) as f64)
                             .sum::<f64>()
-                            * P.scale as f64
+                            * P.scale as f64;
+                        softcap.map_or(s, |c| c * (s / c).tanh())
                     })
                     .collect();
                 let max = s.iter().copied().fold(f64::MIN, f64::max);
                 let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
                 for d in 0..dh {
-                    let acc: f64 = (0..=t)
-                        .map(|j| (s[j] - max).exp() / sum * v[j * kw + kh * dh + d] as f64)
+                    let acc: f64 = (first..=t)
+                        .map(|j| (s[j - first] - max).exp() / sum * v[j * kw + kh * dh + d] as f64)
                         .sum();
                     out[t * qw + h * dh + d] = acc as f32;
                 }
@@ -379,6 +411,8 @@ mod tests {
                 first_seen: 9,
                 head_dim: dh,
                 scale: 0.3,
+                window: None,
+                softcap: None,
             };
             let mut portable = vec![0.0; 3 * dh];
             task.run::<false>(&mut scratch(), &mut portable);
@@ -408,7 +442,7 @@ mod tests {
             lcg(41, total * kw),
             lcg(42, total * kw),
         );
-        let want = naive(&q, &k, &v, total);
+        let want = naive(&q, &k, &v, total, None, None);
         let mut cache = KvCache::new(KvLayout {
             n_layers: 2,
             capacity: total,
@@ -449,7 +483,7 @@ mod tests {
     fn prefill_then_decode(dtype: KvDType, tolerance: f32) {
         let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
         let (q, k, v) = (lcg(20, 4 * qw), lcg(21, 4 * kw), lcg(22, 4 * kw));
-        let want = naive(&q, &k, &v, 4);
+        let want = naive(&q, &k, &v, 4, None, None);
         let mut cache = KvCache::new(KvLayout {
             n_layers: 2,
             capacity: 6,
@@ -494,6 +528,66 @@ mod tests {
             &mut last,
         );
         assert!(matches!(full, Err(BackendError::KvCache(_))));
+    }
+
+    /// A prefill spanning several token blocks, then single-token decodes, with a
+    /// window shorter than the sequence and soft-capped scores: every step matches the
+    /// masked, capped reference.
+    #[test]
+    fn a_sliding_window_with_soft_capping_matches_naive() {
+        let total = TOKEN_BLOCK + 9;
+        let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+        let (q, k, v) = (
+            lcg(50, total * qw),
+            lcg(51, total * kw),
+            lcg(52, total * kw),
+        );
+        let (window, cap) = (5, 0.5);
+        let want = naive(&q, &k, &v, total, Some(window), Some(cap));
+        let full = naive(&q, &k, &v, total, None, Some(cap));
+        let p = AttentionParams {
+            window: Some(window),
+            softcap: Some(cap as f32),
+            ..P
+        };
+        let mut cache = KvCache::new(KvLayout {
+            n_layers: 2,
+            capacity: total,
+            n_kv_heads: 2,
+            head_dim: 5,
+            dtype: KvDType::F32,
+        });
+        let split = total - 4;
+        let mut state = StepState {
+            kv_len: 0,
+            kv: Some(&mut cache),
+        };
+        let mut out = vec![0.0; total * qw];
+        let (head, tail) = out.split_at_mut(split * qw);
+        attention(
+            &q[..split * qw],
+            &k[..split * kw],
+            &v[..split * kw],
+            p,
+            &mut state,
+            head,
+        )
+        .unwrap();
+        for (i, t) in (split..total).enumerate() {
+            state.kv_len = t;
+            let rows = t * qw..(t + 1) * qw;
+            let kv = t * kw..(t + 1) * kw;
+            let dst = &mut tail[i * qw..(i + 1) * qw];
+            attention(&q[rows], &k[kv.clone()], &v[kv], p, &mut state, dst).unwrap();
+        }
+        assert_close(&out, &want, 1e-5);
+        // The window matters: past it, full attention differs.
+        let past = window * qw..;
+        let diff = out[past.clone()]
+            .iter()
+            .zip(&full[past])
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff > 1e-3, "{diff}");
     }
 
     #[test]

@@ -65,19 +65,42 @@ pub(crate) enum Unary {
     Silu,
     /// GELU (tanh).
     Gelu,
+    /// `x · scale + bias`.
+    Affine {
+        /// Multiplier.
+        scale: f32,
+        /// Addend.
+        bias: f32,
+    },
+    /// `cap · tanh(x / cap)`.
+    SoftCap {
+        /// The cap.
+        cap: f32,
+    },
+}
+
+impl Unary {
+    /// The operation on one value.
+    #[inline(always)]
+    fn apply(self, v: f32) -> f32 {
+        match self {
+            Unary::Silu => silu(v),
+            Unary::Gelu => gelu(v),
+            Unary::Affine { scale, bias } => v * scale + bias,
+            Unary::SoftCap { cap } => cap * (v / cap).tanh(),
+        }
+    }
 }
 
 /// `out = f(x)` element-wise.
 pub(crate) fn unary(op: Unary, x: &[f32], out: &mut [f32]) -> Result<(), BackendError> {
     check_len("unary output", out.len(), x.len())?;
-    let f = match op {
-        Unary::Silu => silu,
-        Unary::Gelu => gelu,
-    };
     if x.len() >= PARALLEL_MIN {
-        out.par_iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+        out.par_iter_mut()
+            .zip(x)
+            .for_each(|(o, &v)| *o = op.apply(v));
     } else {
-        out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+        out.iter_mut().zip(x).for_each(|(o, &v)| *o = op.apply(v));
     }
     Ok(())
 }
@@ -125,6 +148,25 @@ mod tests {
         unary(Unary::Silu, &x, &mut out).unwrap();
         let want: Vec<f32> = x.iter().map(|&v| v * (1.0 / (1.0 + (-v).exp()))).collect();
         assert_close(&out, &want, 1e-6);
+        unary(
+            Unary::Affine {
+                scale: 8.0,
+                bias: 1.0,
+            },
+            &x,
+            &mut out,
+        )
+        .unwrap();
+        let want: Vec<f32> = x.iter().map(|&v| (v as f64 * 8.0 + 1.0) as f32).collect();
+        assert_close(&out, &want, 1e-6);
+        let big: Vec<f32> = x.iter().map(|&v| v * 100.0).collect();
+        unary(Unary::SoftCap { cap: 30.0 }, &big, &mut out).unwrap();
+        let want: Vec<f32> = big
+            .iter()
+            .map(|&v| (30.0 * (v as f64 / 30.0).tanh()) as f32)
+            .collect();
+        assert_close(&out, &want, 1e-5);
+        assert!(out.iter().all(|v| v.abs() < 30.0));
         unary(Unary::Gelu, &x, &mut out).unwrap();
         let want: Vec<f32> = x
             .iter()

@@ -1,4 +1,5 @@
-//! Rotary position embedding over `x [N, H, Dh]` at integer positions.
+//! Rotary position embedding over `x [N, H, Dh]` at integer positions, with
+//! frequencies from a base θ or from a per-pair table (band-wise scaled RoPE).
 
 use rayon::prelude::*;
 
@@ -28,11 +29,58 @@ pub(crate) fn rope(
     p: RopeParams,
     out: &mut [f32],
 ) -> Result<(), BackendError> {
-    check_len("rope output", out.len(), x.len())?;
     if !p.n_rot.is_multiple_of(2) || p.n_rot > head_dim || head_dim == 0 {
         return Err(BackendError::Input(format!(
             "rope: n_rot {} must be even and at most head dim {head_dim}",
             p.n_rot
+        )));
+    }
+    let inv_freq: Vec<f32> = (0..p.n_rot / 2)
+        .map(|i| p.freq_base.powf(-2.0 * i as f32 / p.n_rot as f32))
+        .collect();
+    let table = RopeTable {
+        mode: p.mode,
+        inv_freq: &inv_freq,
+        freq_scale: p.freq_scale,
+        attn_factor: 1.0,
+    };
+    rope_table(x, positions, head_dim, table, out)
+}
+
+/// RoPE by a table of per-pair inverse frequencies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RopeTable<'a> {
+    /// Pairing of dimensions.
+    pub mode: RopeMode,
+    /// Inverse frequency of each rotated pair.
+    pub inv_freq: &'a [f32],
+    /// Linear position scale.
+    pub freq_scale: f32,
+    /// Multiplier of cos and sin.
+    pub attn_factor: f32,
+}
+
+/// Rotates pair `i` of the first `2 · inv_freq.len()` dims of every head of `x` by
+/// `pos · freq_scale · inv_freq[i]`, cos and sin times `attn_factor`; the remaining
+/// dims are copied.
+pub(crate) fn rope_table(
+    x: &[f32],
+    positions: &[i32],
+    head_dim: usize,
+    t: RopeTable<'_>,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let RopeTable {
+        mode,
+        inv_freq,
+        freq_scale,
+        attn_factor,
+    } = t;
+    check_len("rope output", out.len(), x.len())?;
+    let half = inv_freq.len();
+    if 2 * half > head_dim || head_dim == 0 {
+        return Err(BackendError::Input(format!(
+            "rope: {half} rotated pairs do not fit head dim {head_dim}"
         )));
     }
     let n = positions.len();
@@ -42,18 +90,15 @@ pub(crate) fn rope(
             x.len()
         )));
     }
-    let half = p.n_rot / 2;
-    let inv_freq: Vec<f32> = (0..half)
-        .map(|i| p.freq_base.powf(-2.0 * i as f32 / p.n_rot as f32))
-        .collect();
     let token = x.len() / n;
     let rotate = |(t, (o, xs)): (usize, (&mut [f32], &[f32]))| {
         o.copy_from_slice(xs);
-        let pos = positions[t] as f32 * p.freq_scale;
+        let pos = positions[t] as f32 * freq_scale;
         for head in o.chunks_mut(head_dim) {
             for (i, &f) in inv_freq.iter().enumerate() {
                 let (sin, cos) = (pos * f).sin_cos();
-                let (a, b) = match p.mode {
+                let (sin, cos) = (sin * attn_factor, cos * attn_factor);
+                let (a, b) = match mode {
                     RopeMode::Normal => (2 * i, 2 * i + 1),
                     RopeMode::Neox => (i, i + half),
                 };
@@ -121,6 +166,45 @@ mod tests {
             assert_close(&out, &naive(&x, &pos, heads, dh, p), 1e-4);
             // Dims past n_rot pass through untouched.
             assert_eq!(out[6..10], x[6..10]);
+        }
+    }
+
+    /// A table rotation equals the reference with each pair's own frequency, in f64.
+    #[test]
+    fn table_frequencies_match_naive() {
+        let (n, heads, dh) = (2, 3, 8);
+        let x = lcg(12, n * heads * dh);
+        let pos = [5, 300];
+        let inv_freq = [1.0f32, 0.25, 0.003];
+        let m = 1.2;
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let mut out = vec![0.0; x.len()];
+            let table = RopeTable {
+                mode,
+                inv_freq: &inv_freq,
+                freq_scale: 1.0,
+                attn_factor: m as f32,
+            };
+            rope_table(&x, &pos, dh, table, &mut out).unwrap();
+            let mut want = x.clone();
+            for (t, &p) in pos.iter().enumerate() {
+                for h in 0..heads {
+                    let base = (t * heads + h) * dh;
+                    for (i, &f) in inv_freq.iter().enumerate() {
+                        let theta = p as f64 * f as f64;
+                        let (a, b) = match mode {
+                            RopeMode::Normal => (2 * i, 2 * i + 1),
+                            RopeMode::Neox => (i, i + 3),
+                        };
+                        let (x0, x1) = (x[base + a] as f64, x[base + b] as f64);
+                        want[base + a] = (m * (x0 * theta.cos() - x1 * theta.sin())) as f32;
+                        want[base + b] = (m * (x0 * theta.sin() + x1 * theta.cos())) as f32;
+                    }
+                }
+            }
+            assert_close(&out, &want, 1e-4);
+            // The two dims past the table pass through, unscaled.
+            assert_eq!(out[6..8], x[6..8]);
         }
     }
 }

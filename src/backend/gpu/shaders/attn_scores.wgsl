@@ -1,11 +1,16 @@
 // scores[t, h, j] = scale * q[t, h] . keys[j, h / group] for every cached position j
 // that query token t sees (j <= kv_len + t); grouped-query heads share a kv head.
+// Soft-capping c > 0 turns a score s into c * tanh(s / c). With a sliding window
+// w > 0, positions j <= kv_len + t - w score -3e38, which the softmax turns into
+// probability zero.
 struct Params {
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
     capacity: u32,
     scale: f32,
+    window: u32,
+    softcap: f32,
 }
 
 struct Step {
@@ -33,5 +38,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     for (var d = 0u; d < p.head_dim; d++) {
         acc += q[qb + d] * keys[kb + d];
     }
-    scores[(tok * p.heads + h) * p.capacity + j] = acc * p.scale;
+    var score = acc * p.scale;
+    if (p.softcap > 0.0) {
+        score = p.softcap * tanh(score / p.softcap);
+    }
+    if (p.window > 0u && j + p.window <= step.kv_len + tok) {
+        score = -3.0e38;
+    }
+    scores[(tok * p.heads + h) * p.capacity + j] = score;
 }

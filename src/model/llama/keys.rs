@@ -1,0 +1,309 @@
+//! The one place that says which configuration keys Switchyard reads. Every key of a
+//! `config.json` or of a GGUF file's metadata is either implemented (read, with its
+//! value checked) or known not to change the computation; any other key is refused by
+//! name and value, so a checkpoint never runs as something it is not.
+
+use std::path::Path;
+
+use crate::model::gguf::Metadata;
+use crate::model::ModelError;
+
+/// A key and what it does (implemented) or why it does not matter (ignored).
+pub type KeyRule = (&'static str, &'static str);
+
+/// Top-level `config.json` keys that are read and change the computation.
+pub const HF_IMPLEMENTED: &[KeyRule] = &[
+    ("model_type", "selects the architecture's tracer"),
+    ("hidden_size", "residual width"),
+    ("intermediate_size", "feed-forward width"),
+    ("num_hidden_layers", "number of blocks"),
+    ("num_attention_heads", "query heads"),
+    (
+        "num_key_value_heads",
+        "key/value heads (grouped-query attention)",
+    ),
+    ("head_dim", "per-head width when not hidden_size / heads"),
+    ("vocab_size", "rows of the embedding"),
+    ("max_position_embeddings", "trained context length"),
+    ("rms_norm_eps", "RMSNorm epsilon"),
+    ("rope_theta", "RoPE frequency base"),
+    (
+        "rope_scaling",
+        "RoPE scaling: none, linear, llama3 or longrope",
+    ),
+    (
+        "rope_parameters",
+        "transformers 5 RoPE block: theta and scaling",
+    ),
+    (
+        "partial_rotary_factor",
+        "fraction of each head rotated (Phi-3; 1.0 elsewhere)",
+    ),
+    ("rope_interleaved", "adjacent-pair RoPE (false only)"),
+    ("hidden_act", "feed-forward activation: silu or gelu (tanh)"),
+    (
+        "attention_bias",
+        "q/k/v/o biases: every bias tensor present is applied",
+    ),
+    (
+        "mlp_bias",
+        "gate/up/down biases: every bias tensor present is applied",
+    ),
+    (
+        "tie_word_embeddings",
+        "output head is the embedding (lm_head ignored)",
+    ),
+    ("sliding_window", "attention window of sliding layers"),
+    (
+        "use_sliding_window",
+        "Qwen2/Qwen3: whether sliding_window applies",
+    ),
+    (
+        "max_window_layers",
+        "Qwen2/Qwen3: layers from here on slide",
+    ),
+    (
+        "layer_types",
+        "per-layer full_attention / sliding_attention",
+    ),
+    ("use_mrope", "multimodal RoPE (false only)"),
+    (
+        "hidden_activation",
+        "Gemma's feed-forward activation (tanh GELU)",
+    ),
+    (
+        "query_pre_attn_scalar",
+        "Gemma: attention scale is its inverse square root",
+    ),
+    (
+        "attn_logit_softcapping",
+        "Gemma 2: attention scores soft-capped",
+    ),
+    ("final_logit_softcapping", "Gemma 2: logits soft-capped"),
+    (
+        "sliding_window_pattern",
+        "Gemma 3: every n-th layer attends fully",
+    ),
+    ("rope_local_base_freq", "Gemma 3: RoPE θ of sliding layers"),
+    (
+        "use_bidirectional_attention",
+        "Gemma 3: bidirectional attention (false only)",
+    ),
+    (
+        "original_max_position_embeddings",
+        "Phi-3: pre-training length of longrope (context capped there)",
+    ),
+];
+
+/// Implemented keys that only some architectures read; in any other architecture's
+/// config a value other than null or false is refused, since transformers would
+/// ignore it there and the checkpoint's author probably meant something else.
+pub const HF_ARCH_ONLY: &[(&str, &[&str])] = &[
+    ("hidden_activation", GEMMA),
+    ("query_pre_attn_scalar", GEMMA),
+    ("attn_logit_softcapping", GEMMA),
+    ("final_logit_softcapping", GEMMA),
+    ("sliding_window_pattern", GEMMA),
+    ("rope_local_base_freq", GEMMA),
+    ("use_bidirectional_attention", GEMMA),
+    ("use_sliding_window", QWEN),
+    ("max_window_layers", QWEN),
+    ("original_max_position_embeddings", &["phi3"]),
+];
+
+const GEMMA: &[&str] = &["gemma2", "gemma3_text"];
+const QWEN: &[&str] = &["qwen2", "qwen3"];
+
+/// Top-level `config.json` keys known not to change the computation.
+pub const HF_IGNORED: &[KeyRule] = &[
+    (
+        "architectures",
+        "model class name; model_type selects the tracer",
+    ),
+    ("torch_dtype", "weights keep their stored dtype"),
+    ("dtype", "transformers 5 name of torch_dtype"),
+    ("transformers_version", "writer's version"),
+    ("transformers.js_config", "settings of another runtime"),
+    ("_name_or_path", "where the checkpoint came from"),
+    ("use_cache", "Switchyard always caches keys and values"),
+    ("bos_token_id", "tokenizer side (special tokens)"),
+    ("eos_token_id", "tokenizer side (stop tokens)"),
+    ("pad_token_id", "tokenizer side (padding)"),
+    ("initializer_range", "training-time initialisation"),
+    ("attention_dropout", "dropout is off at inference"),
+    ("hidden_dropout", "dropout is off at inference"),
+    ("embd_pdrop", "dropout is off at inference"),
+    ("resid_pdrop", "dropout is off at inference"),
+    (
+        "attention_probs_dropout_prob",
+        "dropout is off at inference",
+    ),
+    (
+        "pretraining_tp",
+        "tensor-parallel split used in training; same math",
+    ),
+    ("is_llama_config", "marker written by some exporters"),
+    ("output_attentions", "debug output of transformers"),
+    ("output_hidden_states", "debug output of transformers"),
+    ("return_dict", "transformers API setting"),
+    ("is_decoder", "always a decoder"),
+    ("model_name", "informational name"),
+    (
+        "cache_implementation",
+        "transformers' cache class; Switchyard keeps every position",
+    ),
+    (
+        "_sliding_window_pattern",
+        "written beside layer_types, which decides",
+    ),
+];
+
+/// `{arch}.` GGUF metadata keys that are read and change the computation.
+pub const GGUF_IMPLEMENTED: &[KeyRule] = &[
+    ("context_length", "trained context length"),
+    ("embedding_length", "residual width"),
+    ("block_count", "number of blocks"),
+    ("feed_forward_length", "feed-forward width"),
+    ("attention.head_count", "query heads"),
+    ("attention.head_count_kv", "key/value heads"),
+    ("attention.key_length", "per-head width"),
+    (
+        "attention.value_length",
+        "per-head width of values (must equal key_length)",
+    ),
+    ("attention.layer_norm_rms_epsilon", "RMSNorm epsilon"),
+    ("rope.dimension_count", "rotated dimensions per head"),
+    ("rope.freq_base", "RoPE frequency base"),
+    (
+        "rope.scaling.type",
+        "RoPE scaling: none or linear (llama3 comes as rope_freqs)",
+    ),
+    ("rope.scaling.factor", "linear RoPE scaling factor"),
+    (
+        "vocab_size",
+        "rows of the embedding (checked against token_embd)",
+    ),
+    ("expert_count", "mixture of experts (0 only)"),
+    ("expert_used_count", "mixture of experts (0 only)"),
+];
+
+/// `{arch}.` GGUF metadata keys known not to change the computation.
+pub const GGUF_IGNORED: &[KeyRule] = &[
+    (
+        "rope.scaling.original_context_length",
+        "informational for linear scaling",
+    ),
+    ("rope.scaling.finetuned", "informational"),
+];
+
+/// GGUF key prefixes (outside `{arch}.`) known not to change the computation.
+pub const GGUF_IGNORED_PREFIXES: &[KeyRule] = &[
+    (
+        "general.",
+        "names, licence, file type and alignment (read by the reader)",
+    ),
+    (
+        "tokenizer.",
+        "vocabulary and special tokens (the tokenizer reads them)",
+    ),
+    (
+        "quantize.",
+        "how the file was quantized (importance matrix)",
+    ),
+];
+
+/// Where a refused key came from, for the error message.
+#[derive(Clone, Copy, Debug)]
+pub enum KeySource {
+    /// A Hugging Face `config.json`.
+    ConfigJson,
+    /// GGUF metadata.
+    Gguf,
+}
+
+impl KeySource {
+    fn name(self) -> &'static str {
+        match self {
+            KeySource::ConfigJson => "config.json",
+            KeySource::Gguf => "GGUF metadata",
+        }
+    }
+}
+
+/// The error for a key whose value is not supported:
+/// `unsupported: config.json rope_scaling.type = "yarn"`.
+pub fn unsupported(
+    path: &Path,
+    source: KeySource,
+    key: &str,
+    value: &dyn std::fmt::Display,
+) -> ModelError {
+    ModelError::Unsupported {
+        path: path.to_path_buf(),
+        detail: format!("{} {key} = {value}", source.name()),
+    }
+}
+
+/// Refuses the first top-level key of `config` that is in neither HF table, or that
+/// architecture `arch` does not read (see [`HF_ARCH_ONLY`]).
+pub fn check_hf_keys(
+    path: &Path,
+    arch: &str,
+    config: &serde_json::Value,
+) -> Result<(), ModelError> {
+    use serde_json::Value::{Bool, Null};
+    let Some(object) = config.as_object() else {
+        return Err(ModelError::format(path, "config.json is not a JSON object"));
+    };
+    for (key, value) in object {
+        let known = HF_IMPLEMENTED
+            .iter()
+            .chain(HF_IGNORED)
+            .any(|(k, _)| k == key);
+        let foreign = HF_ARCH_ONLY.iter().any(|(k, archs)| {
+            k == key && !archs.contains(&arch) && !matches!(value, Null | Bool(false))
+        });
+        if !known || foreign {
+            return Err(unsupported(path, KeySource::ConfigJson, key, value));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses the first GGUF metadata key that is neither `{arch}.` implemented or
+/// ignored nor under an ignored prefix.
+pub fn check_gguf_keys(path: &Path, arch: &str, meta: &Metadata) -> Result<(), ModelError> {
+    let arch_prefix = format!("{arch}.");
+    for (key, value) in meta.iter() {
+        let known = match key.strip_prefix(&arch_prefix) {
+            Some(rest) => GGUF_IMPLEMENTED
+                .iter()
+                .chain(GGUF_IGNORED)
+                .any(|(k, _)| *k == rest),
+            None => GGUF_IGNORED_PREFIXES
+                .iter()
+                .any(|(p, _)| key.starts_with(p)),
+        };
+        if !known {
+            return Err(unsupported(path, KeySource::Gguf, key, &value_text(value)));
+        }
+    }
+    Ok(())
+}
+
+/// A GGUF value as an error message shows it: scalars in full, arrays by length.
+fn value_text(value: &crate::model::gguf::Value) -> String {
+    use crate::model::gguf::Value;
+    match value {
+        Value::Str(s) => format!("{s:?}"),
+        Value::Array(a) => format!("[{} items]", a.len()),
+        Value::F32(v) => v.to_string(),
+        Value::F64(v) => v.to_string(),
+        Value::Bool(v) => v.to_string(),
+        other => other.as_integer().unwrap_or_default().to_string(),
+    }
+}
+
+#[cfg(test)]
+#[path = "keys_tests.rs"]
+mod tests;

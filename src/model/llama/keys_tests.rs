@@ -1,0 +1,370 @@
+//! The key tables are disjoint and cover real configs; every unsupported variant of a
+//! config or GGUF file is refused with its key and value named.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::*;
+use crate::backend::{HostTensor, SharedBytes};
+use crate::graph::{DType, Shape};
+use crate::model::gguf::{write_gguf, GgufFile, Value as GgufValue};
+use crate::model::llama::{LlamaConfig, TensorRole};
+use crate::model::safetensors::{write_safetensors, HfModel};
+
+/// Every key of the configs of SmolLM2, Llama 3.1/3.2, Qwen2.5, Qwen3 and Mistral
+/// (transformers 4 and 5 layouts) as their hubs publish them.
+const REAL_HF_KEYS: &[&str] = &[
+    "architectures",
+    "attention_bias",
+    "attention_dropout",
+    "bos_token_id",
+    "eos_token_id",
+    "head_dim",
+    "hidden_act",
+    "hidden_size",
+    "initializer_range",
+    "intermediate_size",
+    "is_llama_config",
+    "layer_types",
+    "max_position_embeddings",
+    "max_window_layers",
+    "mlp_bias",
+    "model_type",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "pad_token_id",
+    "pretraining_tp",
+    "rms_norm_eps",
+    "rope_interleaved",
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+    "sliding_window",
+    "tie_word_embeddings",
+    "torch_dtype",
+    "dtype",
+    "transformers.js_config",
+    "transformers_version",
+    "use_cache",
+    "use_sliding_window",
+    "vocab_size",
+    "hidden_activation",
+    "query_pre_attn_scalar",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "sliding_window_pattern",
+    "_sliding_window_pattern",
+    "rope_local_base_freq",
+    "use_bidirectional_attention",
+    "cache_implementation",
+];
+
+fn in_exactly_one(key: &str, a: &[KeyRule], b: &[KeyRule]) -> bool {
+    let count = |t: &[KeyRule]| t.iter().filter(|(k, _)| *k == key).count();
+    count(a) + count(b) == 1
+}
+
+#[test]
+fn every_key_is_in_exactly_one_table() {
+    for (key, _) in HF_IMPLEMENTED.iter().chain(HF_IGNORED) {
+        assert!(in_exactly_one(key, HF_IMPLEMENTED, HF_IGNORED), "{key}");
+    }
+    for key in REAL_HF_KEYS {
+        assert!(in_exactly_one(key, HF_IMPLEMENTED, HF_IGNORED), "{key}");
+    }
+    for (key, _) in GGUF_IMPLEMENTED.iter().chain(GGUF_IGNORED) {
+        assert!(in_exactly_one(key, GGUF_IMPLEMENTED, GGUF_IGNORED), "{key}");
+    }
+    for (key, archs) in HF_ARCH_ONLY {
+        assert!(in_exactly_one(key, HF_IMPLEMENTED, &[]), "{key}");
+        assert!(!archs.is_empty(), "{key}");
+    }
+    for (prefix, _) in GGUF_IGNORED_PREFIXES {
+        assert!(prefix.ends_with('.'), "{prefix}");
+    }
+}
+
+const D: usize = 32;
+const H: usize = 4;
+const DH: usize = 8;
+const F: usize = 48;
+const VOCAB: usize = 40;
+
+fn tensor(shape: &[usize]) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let bytes = (0..n)
+        .flat_map(|i| ((i % 7) as f32 * 0.01).to_le_bytes())
+        .collect();
+    HostTensor::new(DType::F32, Shape::new(shape), SharedBytes::from_vec(bytes)).unwrap()
+}
+
+/// Roles and shapes of a one-layer model.
+fn roles() -> Vec<(TensorRole, Vec<usize>)> {
+    vec![
+        (TensorRole::TokenEmbedding, vec![VOCAB, D]),
+        (TensorRole::OutputNorm, vec![D]),
+        (TensorRole::AttnNorm(0), vec![D]),
+        (TensorRole::AttnQ(0), vec![H * DH, D]),
+        (TensorRole::AttnK(0), vec![H * DH, D]),
+        (TensorRole::AttnV(0), vec![H * DH, D]),
+        (TensorRole::AttnOutput(0), vec![D, H * DH]),
+        (TensorRole::FfnNorm(0), vec![D]),
+        (TensorRole::FfnGate(0), vec![F, D]),
+        (TensorRole::FfnUp(0), vec![F, D]),
+        (TensorRole::FfnDown(0), vec![D, F]),
+    ]
+}
+
+fn base_config() -> serde_json::Map<String, serde_json::Value> {
+    let json = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": D, "intermediate_size": F, "num_hidden_layers": 1,
+        "num_attention_heads": H, "num_key_value_heads": H, "vocab_size": VOCAB,
+        "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "tie_word_embeddings": true, "torch_dtype": "float32", "hidden_act": "silu"
+    });
+    json.as_object().unwrap().clone()
+}
+
+/// Writes a one-layer HF directory with `config` and extra tensors, then reads its
+/// configuration.
+fn hf(
+    dir: &Path,
+    config: &serde_json::Map<String, serde_json::Value>,
+    extra: &[(&str, Vec<usize>)],
+) -> Result<LlamaConfig, ModelError> {
+    let mut tensors: Vec<(String, HostTensor)> = roles()
+        .into_iter()
+        .map(|(r, s)| (r.hf_name(), tensor(&s)))
+        .collect();
+    tensors.extend(extra.iter().map(|(n, s)| (n.to_string(), tensor(s))));
+    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(dir.join("model.safetensors"), &refs).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::Value::Object(config.clone()).to_string(),
+    )
+    .unwrap();
+    LlamaConfig::from_hf(&HfModel::open(dir).unwrap())
+}
+
+fn refused_hf(changes: serde_json::Value, want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config();
+    for (k, v) in changes.as_object().unwrap() {
+        config.insert(k.clone(), v.clone());
+    }
+    let err = hf(dir.path(), &config, &[]).expect_err(want).to_string();
+    assert!(err.contains(want), "{err} lacks {want:?}");
+}
+
+#[test]
+fn the_base_config_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = hf(dir.path(), &base_config(), &[]).unwrap();
+    assert!(config.tie_embeddings);
+    assert_eq!(config.rope.inv_freq, None);
+}
+
+#[test]
+fn every_unsupported_hf_variant_is_refused_by_key_and_value() {
+    let cases = [
+        (
+            serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 4.0}}),
+            r#"unsupported: config.json rope_scaling.type = "yarn""#,
+        ),
+        (
+            serde_json::json!({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
+            r#"config.json rope_scaling.rope_type = "dynamic""#,
+        ),
+        (
+            serde_json::json!({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}),
+            r#"config.json rope_parameters.rope_type = "yarn""#,
+        ),
+        (
+            serde_json::json!({"hidden_act": "gelu"}),
+            r#"config.json hidden_act = "gelu""#,
+        ),
+        (
+            serde_json::json!({"hidden_act": "relu"}),
+            r#"config.json hidden_act = "relu""#,
+        ),
+        (
+            serde_json::json!({"partial_rotary_factor": 0.5}),
+            "config.json partial_rotary_factor = 0.5",
+        ),
+        (
+            serde_json::json!({"rope_interleaved": true}),
+            "config.json rope_interleaved = true",
+        ),
+        (
+            serde_json::json!({"use_mrope": true}),
+            "config.json use_mrope = true",
+        ),
+        (
+            serde_json::json!({"final_logit_softcapping": 30.0}),
+            "config.json final_logit_softcapping = 30.0",
+        ),
+        (
+            serde_json::json!({"quantization_config": {"quant_method": "gptq"}}),
+            "config.json quantization_config = {",
+        ),
+        (
+            serde_json::json!({"query_pre_attn_scalar": 144}),
+            "config.json query_pre_attn_scalar = 144",
+        ),
+        (
+            serde_json::json!({"use_sliding_window": true}),
+            "config.json use_sliding_window = true",
+        ),
+        (
+            serde_json::json!({"model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh",
+                "use_bidirectional_attention": true}),
+            "config.json use_bidirectional_attention = true",
+        ),
+        (
+            serde_json::json!({"model_type": "gemma2", "hidden_act": "silu"}),
+            r#"config.json hidden_act = "silu""#,
+        ),
+        (
+            serde_json::json!({"sliding_window": 16}),
+            "config.json sliding_window = 16",
+        ),
+        (
+            serde_json::json!({"attention_bias": "yes"}),
+            r#"config.json attention_bias = "yes""#,
+        ),
+        (
+            serde_json::json!({"model_type": "mixtral"}),
+            "unsupported: architecture \"mixtral\"",
+        ),
+    ];
+    for (changes, want) in cases {
+        refused_hf(changes, want);
+    }
+}
+
+#[test]
+fn an_unused_tensor_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [("model.layers.0.self_attn.rotary_emb.inv_freq", vec![DH / 2])];
+    hf(dir.path(), &base_config(), &extra).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [("model.layers.0.mlp.experts.0.weight", vec![D])];
+    let err = hf(dir.path(), &base_config(), &extra)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("\"model.layers.0.mlp.experts.0.weight\" is not used"),
+        "{err}"
+    );
+    // Untied, the head must exist; tied, an lm_head is transformers' to drop.
+    let mut untied = base_config();
+    untied.insert("tie_word_embeddings".into(), false.into());
+    let err = hf(dir.path(), &untied, &[]).unwrap_err().to_string();
+    assert!(err.contains("lm_head.weight"), "{err}");
+    let head = [("lm_head.weight", vec![VOCAB, D])];
+    assert!(!hf(dir.path(), &untied, &head).unwrap().tie_embeddings);
+    assert!(
+        hf(dir.path(), &base_config(), &head)
+            .unwrap()
+            .tie_embeddings
+    );
+}
+
+#[test]
+fn sliding_windows_follow_transformers_per_model_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |pairs: serde_json::Value| {
+        let mut config = base_config();
+        for (k, v) in pairs.as_object().unwrap() {
+            config.insert(k.clone(), v.clone());
+        }
+        hf(dir.path(), &config, &[]).map(|c| c.windows)
+    };
+    let mistral = serde_json::json!({"model_type": "mistral", "sliding_window": 16});
+    assert_eq!(with(mistral).unwrap(), [Some(16)]);
+    let off = serde_json::json!({"model_type": "qwen2", "sliding_window": 16,
+        "use_sliding_window": false, "max_window_layers": 0});
+    assert_eq!(with(off).unwrap(), [None]);
+    let on = serde_json::json!({"model_type": "qwen2", "sliding_window": 16,
+        "use_sliding_window": true, "max_window_layers": 0});
+    assert_eq!(with(on).unwrap(), [Some(16)]);
+    let later = serde_json::json!({"model_type": "qwen2", "sliding_window": 16,
+        "use_sliding_window": true, "max_window_layers": 1});
+    assert_eq!(with(later).unwrap(), [None]);
+    let typed = serde_json::json!({"model_type": "qwen3", "sliding_window": 16,
+        "use_sliding_window": true, "layer_types": ["sliding_attention"]});
+    assert_eq!(with(typed).unwrap(), [Some(16)]);
+    let full = serde_json::json!({"model_type": "qwen3", "sliding_window": 16,
+        "use_sliding_window": true, "layer_types": ["full_attention"]});
+    assert_eq!(with(full).unwrap(), [None]);
+    let bad = serde_json::json!({"model_type": "qwen3", "layer_types": ["chunked"]});
+    let err = with(bad).unwrap_err().to_string();
+    assert!(
+        err.contains("config.json layer_types = [\"chunked\"]"),
+        "{err}"
+    );
+}
+
+fn gguf(dir: &Path, extra: &[(&str, GgufValue)]) -> Result<LlamaConfig, ModelError> {
+    let tensors: Vec<(String, HostTensor)> = roles()
+        .into_iter()
+        .map(|(r, s)| (r.gguf_name(), tensor(&s)))
+        .collect();
+    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut metadata: BTreeMap<&str, GgufValue> = [
+        ("general.architecture", GgufValue::Str("llama".into())),
+        ("general.name", GgufValue::Str("tiny".into())),
+        ("llama.block_count", GgufValue::U32(1)),
+        ("llama.embedding_length", GgufValue::U32(D as u32)),
+        ("llama.feed_forward_length", GgufValue::U32(F as u32)),
+        ("llama.attention.head_count", GgufValue::U32(H as u32)),
+        ("llama.context_length", GgufValue::U32(64)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(1e-5),
+        ),
+        ("tokenizer.ggml.model", GgufValue::Str("gpt2".into())),
+    ]
+    .into_iter()
+    .collect();
+    metadata.extend(extra.iter().cloned());
+    let metadata: Vec<(&str, GgufValue)> = metadata.into_iter().collect();
+    let path = dir.join("m.gguf");
+    write_gguf(&path, &metadata, &refs).unwrap();
+    LlamaConfig::from_gguf(&GgufFile::open(&path).unwrap())
+}
+
+#[test]
+fn every_unsupported_gguf_variant_is_refused_by_key_and_value() {
+    let dir = tempfile::tempdir().unwrap();
+    gguf(dir.path(), &[]).unwrap();
+    let cases = [
+        (
+            ("llama.rope.scaling.type", GgufValue::Str("yarn".into())),
+            r#"unsupported: GGUF metadata llama.rope.scaling.type = "yarn""#,
+        ),
+        (
+            ("llama.attn_logit_softcapping", GgufValue::F32(50.0)),
+            "GGUF metadata llama.attn_logit_softcapping = 50",
+        ),
+        (
+            ("llama.expert_count", GgufValue::U32(8)),
+            "GGUF metadata llama.expert_count = 8",
+        ),
+        (
+            ("llama.attention.value_length", GgufValue::U32(16)),
+            "GGUF metadata llama.attention.value_length = 16",
+        ),
+        (
+            ("clip.vision.image_size", GgufValue::U32(336)),
+            "GGUF metadata clip.vision.image_size = 336",
+        ),
+    ];
+    for ((key, value), want) in cases {
+        let err = gguf(dir.path(), &[(key, value)]).unwrap_err().to_string();
+        assert!(err.contains(want), "{err} lacks {want:?}");
+    }
+}
