@@ -4,6 +4,12 @@
 //! A key that is present is always read with its typed getter (a wrong type is an
 //! error, never a silent default); an absent key takes llama.cpp's default. Keys that
 //! would change the tokenization in a way this crate does not implement are refused.
+//!
+//! Keys known not to matter here: `remove_extra_whitespaces` and `precompiled_charsmap`
+//! (llama.cpp reads them only for `"t5"`-style UGM vocabularies, refused as an unknown
+//! model), `added_tokens` (unused by llama.cpp), `token_type_count` (BERT segment
+//! types), and the separator, mask and fill-in-the-middle ids (no plain prompt or chat
+//! uses them).
 
 use super::metadata::Metadata;
 use crate::model::tokenizer::VocabSpec;
