@@ -47,14 +47,25 @@ impl TensorMix {
                 TensorRole::AttnQ(l),
                 TensorRole::AttnK(l),
                 TensorRole::AttnV(l),
+                TensorRole::AttnQkv(l),
                 TensorRole::AttnQBias(l),
                 TensorRole::AttnKBias(l),
                 TensorRole::AttnVBias(l),
+                TensorRole::AttnQNorm(l),
+                TensorRole::AttnKNorm(l),
                 TensorRole::AttnOutput(l),
+                TensorRole::AttnOutputBias(l),
+                TensorRole::AttnPostNorm(l),
+                TensorRole::FfnPreNorm(l),
+                TensorRole::FfnPostNorm(l),
                 TensorRole::FfnNorm(l),
                 TensorRole::FfnGate(l),
                 TensorRole::FfnUp(l),
                 TensorRole::FfnDown(l),
+                TensorRole::FfnGateUp(l),
+                TensorRole::FfnGateBias(l),
+                TensorRole::FfnUpBias(l),
+                TensorRole::FfnDownBias(l),
             ]);
         }
         let tied = weights.info(TensorRole::Output).is_none();
@@ -99,7 +110,7 @@ impl TensorMix {
 mod tests {
     use super::*;
     use crate::graph::{DType, RopeMode, Shape};
-    use crate::model::llama::RopeParams;
+    use crate::model::llama::{Family, FfnActivation, RopeParams};
 
     /// Two layers: f16 projections, f32 norms, a q4_0 embedding, head tied or not.
     struct Fake {
@@ -130,6 +141,7 @@ mod tests {
     fn config() -> LlamaConfig {
         LlamaConfig {
             architecture: "llama".into(),
+            family: Family::Llama,
             n_layers: 2,
             d_model: 64,
             d_ffn: 64,
@@ -138,13 +150,23 @@ mod tests {
             head_dim: 64,
             vocab_size: 100,
             context_length: 16,
+            windows: Vec::new(),
             rms_eps: 1e-5,
             rope: RopeParams {
                 mode: RopeMode::Normal,
                 n_rot: 64,
                 freq_base: 1e4,
                 freq_scale: 1.0,
+                inv_freq: None,
+                attn_factor: 1.0,
             },
+            rope_local: None,
+            attn_scale: 0.125,
+            attn_softcap: None,
+            final_softcap: None,
+            embed_scale: None,
+            activation: FfnActivation::Silu,
+            tie_embeddings: false,
         }
     }
 

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::chat_template::ChatTemplate;
-use super::gguf::GgufFile;
+use super::gguf::{self, GgufFile};
+use super::hf_chat;
 use super::llama::LlamaConfig;
 use super::safetensors::HfModel;
-use super::tokenizer::{Tokenizer, VocabSpec};
+use super::tokenizer::{token_text, Tokenizer};
 use super::{GgufWeights, HfWeights, ModelError, ModelWeights};
 
 /// Everything needed to run and talk to a model.
@@ -23,7 +24,8 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     /// The model's own chat template, when it has one.
     pub chat_template: Option<ChatTemplate>,
-    /// Token ids that end a generation (EOS, end-of-turn).
+    /// Token ids that end a generation (EOS, end-of-turn, end-of-message, and every
+    /// `eos_token_id` of a Hugging Face generation config).
     pub stop_ids: Vec<u32>,
     /// Identifies the model in cache step keys.
     pub fingerprint: u64,
@@ -43,45 +45,26 @@ impl Model {
     fn open_gguf(path: &Path) -> Result<Model, ModelError> {
         let file = GgufFile::open(path)?;
         let config = LlamaConfig::from_gguf(&file)?;
+        // Metadata against tensor shapes, before anything is allocated for the model.
+        gguf::check_dimensions(&file)?;
         let meta = file.metadata();
-        let opt_u32 = |key: &str| meta.get(key).and_then(|v| v.as_integer()).map(|v| v as u32);
-        let opt_bool = |key: &str| matches!(meta.get(key), Some(super::gguf::Value::Bool(true)));
-        let spec = VocabSpec {
-            model: meta.get_str("tokenizer.ggml.model")?.to_string(),
-            pre: meta.get_str("tokenizer.ggml.pre").ok().map(str::to_string),
-            tokens: meta.get_str_array("tokenizer.ggml.tokens")?.to_vec(),
-            token_types: meta
-                .get_i32_array("tokenizer.ggml.token_type")
-                .unwrap_or_default(),
-            scores: meta
-                .get_f32_array("tokenizer.ggml.scores")
-                .unwrap_or_default(),
-            merges: meta
-                .get_str_array("tokenizer.ggml.merges")
-                .map(<[String]>::to_vec)
-                .unwrap_or_default(),
-            bos: opt_u32("tokenizer.ggml.bos_token_id"),
-            eos: opt_u32("tokenizer.ggml.eos_token_id"),
-            add_bos: opt_bool("tokenizer.ggml.add_bos_token"),
-            add_eos: opt_bool("tokenizer.ggml.add_eos_token"),
-        };
+        let spec = gguf::vocab_spec(meta)?;
         let tokenizer = Tokenizer::from_gguf_vocab(&spec).map_err(|e| tokenizer_error(path, e))?;
         let piece = |id: Option<u32>| {
             id.and_then(|i| spec.tokens.get(i as usize).cloned())
                 .unwrap_or_default()
         };
-        let chat_template = match meta.get_str("tokenizer.chat_template") {
-            Ok(source) => Some(
-                ChatTemplate::new(source, &piece(spec.bos), &piece(spec.eos))
-                    .map_err(|e| template_error(path, e))?,
-            ),
-            Err(_) => None,
+        let chat_template = match meta.get("tokenizer.chat_template") {
+            Some(_) => {
+                let source = meta.get_str("tokenizer.chat_template")?;
+                Some(
+                    ChatTemplate::new(source, &piece(spec.bos), &piece(spec.eos))
+                        .map_err(|e| template_error(path, e))?,
+                )
+            }
+            None => None,
         };
-        let mut stop_ids: Vec<u32> = [spec.eos, opt_u32("tokenizer.ggml.eot_token_id")]
-            .into_iter()
-            .flatten()
-            .collect();
-        stop_ids.dedup();
+        let stop_ids = gguf::stop_ids(meta, spec.tokens.len())?;
         let fingerprint = fingerprint_of(path, &file_identity(path)?);
         Ok(Model {
             path: path.to_path_buf(),
@@ -99,31 +82,27 @@ impl Model {
         let config = LlamaConfig::from_hf(&hf)?;
         let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| tokenizer_error(dir, e))?;
-        let tokenizer_config: serde_json::Value =
-            match std::fs::read_to_string(dir.join("tokenizer_config.json")) {
-                Ok(text) => serde_json::from_str(&text).map_err(|e| ModelError::Format {
-                    path: dir.join("tokenizer_config.json"),
-                    detail: e.to_string(),
-                })?,
-                Err(_) => serde_json::Value::Null,
-            };
-        let token_text = |key: &str| match &tokenizer_config[key] {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Object(o) => o
-                .get("content")
-                .and_then(|c| c.as_str())
+        let config_path = dir.join("tokenizer_config.json");
+        let tokenizer_config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ModelError::format(&config_path, e.to_string()))?,
+            Err(_) => serde_json::Value::Null,
+        };
+        // `Tokenizer::from_file` has checked these keys; absent ones render as "".
+        let token_text = |key: &str| {
+            token_text(&tokenizer_config, key)
+                .ok()
+                .flatten()
                 .unwrap_or_default()
-                .to_string(),
-            _ => String::new(),
         };
         let (bos, eos) = (token_text("bos_token"), token_text("eos_token"));
-        let chat_template = match tokenizer_config["chat_template"].as_str() {
+        let chat_template = match hf_chat::template_source(dir, &tokenizer_config)? {
             Some(source) => {
-                Some(ChatTemplate::new(source, &bos, &eos).map_err(|e| template_error(dir, e))?)
+                Some(ChatTemplate::new(&source, &bos, &eos).map_err(|e| template_error(dir, e))?)
             }
             None => None,
         };
-        let stop_ids = tokenizer.eos().into_iter().collect();
+        let stop_ids = hf_chat::stop_ids(dir, tokenizer.eos(), tokenizer.vocab_size())?;
         let fingerprint = fingerprint_of(dir, &file_identity(&dir.join("config.json"))?);
         Ok(Model {
             path: dir.to_path_buf(),

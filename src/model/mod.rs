@@ -3,10 +3,13 @@
 mod coexec;
 mod error;
 mod generate;
+mod hf_chat;
 mod loader;
 mod mapped;
 mod runner;
 mod runner_arms;
+#[cfg(test)]
+mod special_tokens_tests;
 mod weights;
 
 pub mod chat_template;

@@ -252,10 +252,11 @@ async fn wait(
     }
 }
 
-/// Renders and tokenizes the input (runs on a blocking thread).
+/// Renders and tokenizes the input (runs on a blocking thread). A plain prompt gets
+/// the model's BOS/EOS; a rendered chat gets none, as its template writes its own.
 fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
-    let (text, special) = match input {
-        Input::Prompt(text) => (text, false),
+    let ids = match input {
+        Input::Prompt(text) => model.tokenizer.encode(&text, false),
         Input::Messages(messages) => {
             let template = model.chat_template.as_ref().ok_or_else(|| {
                 ApiError::invalid(
@@ -267,13 +268,10 @@ fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
             let text = template
                 .render(&messages, true)
                 .map_err(|e| ApiError::bad_value("messages", e.to_string()))?;
-            (text, true)
+            model.tokenizer.encode_chat(&text)
         }
     };
-    model
-        .tokenizer
-        .encode(&text, special)
-        .map_err(|e| ApiError::bad_value("prompt", format!("The prompt does not tokenize: {e}")))
+    ids.map_err(|e| ApiError::bad_value("prompt", format!("The prompt does not tokenize: {e}")))
 }
 
 /// The token limit to use, or a 400 when the prompt and limit do not fit the context.

@@ -63,7 +63,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         }
         history.push(Message::new("user", line));
         let text = template.render(&history, true)?;
-        let prompt = model.tokenizer.encode(&text, true)?;
+        let prompt = model.tokenizer.encode_chat(&text)?;
         let options = GenerateOptions {
             max_tokens: args.sampling.max_tokens,
             stop_strings: args.sampling.stop.clone(),

@@ -84,7 +84,8 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         }
     };
     let (model, mut runner) = args.model.load()?;
-    let (text, special) = if args.chat {
+    // A rendered chat writes its own BOS; plain text gets the model's.
+    let prompt_tokens = if args.chat {
         let template = model
             .chat_template
             .as_ref()
@@ -94,11 +95,12 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
             messages.push(Message::new("system", system.as_str()));
         }
         messages.push(Message::new("user", prompt.as_str()));
-        (template.render(&messages, true)?, true)
+        model
+            .tokenizer
+            .encode_chat(&template.render(&messages, true)?)?
     } else {
-        (prompt, args.special)
+        model.tokenizer.encode(&prompt, args.special)?
     };
-    let prompt_tokens = model.tokenizer.encode(&text, special)?;
     let mut sampler = args.sampling.sampler()?;
     let options = GenerateOptions {
         max_tokens: args.sampling.max_tokens,

@@ -79,6 +79,14 @@ impl Metadata {
         }
     }
 
+    /// A bool.
+    pub fn get_bool(&self, key: &str) -> Result<bool, ModelError> {
+        match self.require(key)? {
+            Value::Bool(b) => Ok(*b),
+            v => Err(self.wrong(key, "a bool", v)),
+        }
+    }
+
     /// A string.
     pub fn get_str(&self, key: &str) -> Result<&str, ModelError> {
         match self.require(key)? {

@@ -4,17 +4,23 @@
 //! infos, padding to `general.alignment`, then the tensor data. Every count, length,
 //! dimension and offset read from the file is checked against the file's size before
 //! it is used, so a hostile file yields an error rather than a panic or a huge
-//! allocation.
+//! allocation. Known metadata keys must have the type the spec gives them, and
+//! [`check_dimensions`] checks the hyper-parameters against the tensor shapes.
 
+mod consistency;
 mod ggml_type;
+mod key_types;
 mod metadata;
 mod reader;
 mod tensor_info;
 mod value;
+mod vocab;
 mod writer;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_consistency;
 #[cfg(test)]
 mod tests_hostile;
 
@@ -27,7 +33,11 @@ use memmap2::Mmap;
 pub use ggml_type::{dtype_from_ggml, ggml_from_dtype, ggml_type_name};
 pub use metadata::Metadata;
 pub use tensor_info::{TensorInfo, MAX_DIMS};
+pub use consistency::check_dimensions;
+pub use metadata::Metadata;
+pub use tensor_info::{dtype_from_ggml, ggml_from_dtype, TensorInfo, MAX_DIMS, MAX_NAME_BYTES};
 pub use value::{Array, Value};
+pub use vocab::{stop_ids, vocab_spec};
 pub use writer::write_gguf;
 
 use super::mapped::{map_file, mapped_tensor};
@@ -85,6 +95,7 @@ impl GgufFile {
         // Checked against the bytes left once the metadata has been read.
         let tensor_count = r.u64("tensor count")?;
         let metadata = Metadata::read(&mut r, path)?;
+        key_types::check(&metadata)?;
         let alignment = read_alignment(&metadata)?;
         let tensors = tensor_info::read_infos(&mut r, tensor_count, alignment, map.len())?;
         let data_start = r

@@ -11,6 +11,9 @@ use crate::model::ModelError;
 /// Most dimensions a GGUF tensor may have (ggml's `GGML_MAX_DIMS`).
 pub const MAX_DIMS: usize = 4;
 
+/// Longest tensor name the GGUF spec allows, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
 /// Smallest encoding of one tensor info: name length, `n_dims`, one dim, type, offset.
 const MIN_INFO_BYTES: usize = 8 + 4 + 8 + 4 + 8;
 
@@ -57,6 +60,12 @@ fn read_info(
     file_len: usize,
 ) -> Result<TensorInfo, ModelError> {
     let name = r.string("tensor name")?;
+    if name.len() > MAX_NAME_BYTES {
+        return Err(r.err(format_args!(
+            "tensor name {name:?} is {} bytes (the GGUF spec allows {MAX_NAME_BYTES})",
+            name.len()
+        )));
+    }
     let n_dims = r.u32("tensor n_dims")? as usize;
     if n_dims == 0 || n_dims > MAX_DIMS {
         return Err(r.err(format_args!(

@@ -5,7 +5,8 @@
 //!   picked from `tokenizer.ggml.pre` exactly as llama.cpp's `llama-vocab.cpp` does.
 //! * `"llama"`: SentencePiece-style BPE. GGUF stores scores but no merges, so merges are
 //!   derived from the scores (a merge's priority is the score of the merged piece), with
-//!   the `▁` whitespace marker, a leading `▁` and `<0xXX>` byte fallback.
+//!   the `▁` whitespace marker, a leading `▁` (unless `tokenizer.ggml.add_space_prefix`
+//!   is false) and `<0xXX>` byte fallback.
 
 use std::collections::HashSet;
 
@@ -76,7 +77,7 @@ fn validate(spec: &VocabSpec) -> Result<(), TokenizerError> {
             spec.token_types.len()
         )));
     }
-    for (name, id) in [("bos", spec.bos), ("eos", spec.eos)] {
+    for (name, id) in [("bos", spec.bos), ("eos", spec.eos), ("pad", spec.pad)] {
         if let Some(id) = id.filter(|&id| id as usize >= n) {
             return Err(TokenizerError::InvalidVocab(format!(
                 "{name} id {id} is outside the {n}-token vocabulary"
@@ -193,16 +194,21 @@ fn build_llama(spec: &VocabSpec) -> Result<tokenizers::Tokenizer, TokenizerError
     let replace = |from: &str, to: &str| {
         Replace::new(from, to).map_err(|e| TokenizerError::Backend(e.to_string()))
     };
-    let normalizer = NormSequence::new(vec![
-        NormalizerWrapper::Prepend(Prepend::new("▁".into())),
-        NormalizerWrapper::Replace(replace(" ", "▁")?),
-    ]);
-    let decoder = DecoderSequence::new(vec![
+    // llama.cpp prepends the space marker unless the file says not to, and then drops
+    // the leading space when decoding.
+    let space_prefix = spec.add_space_prefix.unwrap_or(true);
+    let mut normalizers = vec![NormalizerWrapper::Replace(replace(" ", "▁")?)];
+    let mut decoders = vec![
         DecoderWrapper::Replace(replace("▁", " ")?),
         DecoderWrapper::ByteFallback(ByteFallback::new()),
         DecoderWrapper::Fuse(Fuse::new()),
-        DecoderWrapper::Strip(Strip::new(' ', 1, 0)),
-    ]);
+    ];
+    if space_prefix {
+        normalizers.insert(0, NormalizerWrapper::Prepend(Prepend::new("▁".into())));
+        decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    let normalizer = NormSequence::new(normalizers);
+    let decoder = DecoderSequence::new(decoders);
     let mut tk = tokenizers::Tokenizer::new(bpe);
     tk.with_normalizer(Some(normalizer));
     tk.with_decoder(Some(decoder));

@@ -4,8 +4,13 @@
 //! ([`Tokenizer::from_gguf_vocab`], matching llama.cpp's tokenization) or from a Hugging
 //! Face `tokenizer.json` ([`Tokenizer::from_file`]). [`StreamDecoder`] turns a stream of
 //! generated ids into valid UTF-8 text pieces.
+//!
+//! Plain text ([`Tokenizer::encode`]) gets the BOS/EOS the model asks for; a rendered
+//! chat prompt ([`Tokenizer::encode_chat`]) gets none, since the template writes its
+//! own, as transformers' `apply_chat_template` does.
 
 mod gguf_vocab;
+mod hf_specials;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -15,6 +20,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use hf_specials::token_text;
 pub use stream::StreamDecoder;
 
 /// Errors from building a tokenizer, encoding or decoding.
@@ -53,9 +59,36 @@ pub enum TokenizerError {
         /// What went wrong.
         message: String,
     },
+    /// A key of a tokenizer configuration file is malformed, contradicts the
+    /// tokenizer, or asks for something not implemented.
+    #[error("{file}: {key}: {detail}")]
+    Config {
+        /// The configuration file.
+        file: String,
+        /// The key at fault.
+        key: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// The underlying `tokenizers` library reported an error.
     #[error("tokenizer error: {0}")]
     Backend(String),
+}
+
+/// A vocabulary's special ids, and the ids that [`Tokenizer::encode`] puts around the
+/// text (the model's BOS/EOS policy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Specials {
+    /// Beginning of sequence.
+    pub bos: Option<u32>,
+    /// End of sequence.
+    pub eos: Option<u32>,
+    /// Padding.
+    pub pad: Option<u32>,
+    /// Ids put before plain text (`[bos]` when the model adds BOS).
+    pub prefix: Vec<u32>,
+    /// Ids put after plain text (`[eos]` when the model adds EOS).
+    pub suffix: Vec<u32>,
 }
 
 /// The tokenizer part of a GGUF file's metadata, as plain data (filled by the GGUF reader).
@@ -78,10 +111,15 @@ pub struct VocabSpec {
     pub bos: Option<u32>,
     /// `tokenizer.ggml.eos_token_id`.
     pub eos: Option<u32>,
+    /// `tokenizer.ggml.padding_token_id`.
+    pub pad: Option<u32>,
     /// `tokenizer.ggml.add_bos_token`: whether [`Tokenizer::encode`] prepends BOS.
     pub add_bos: bool,
     /// `tokenizer.ggml.add_eos_token`: whether [`Tokenizer::encode`] appends EOS.
     pub add_eos: bool,
+    /// `tokenizer.ggml.add_space_prefix`: whether a `"llama"` vocabulary puts `▁` before
+    /// the text (llama.cpp's default, `None`, is yes).
+    pub add_space_prefix: Option<bool>,
 }
 
 /// Converts a `tokenizers` error into ours.
@@ -98,10 +136,7 @@ pub struct Tokenizer {
     /// Ids, added tokens included: cached, as `tokenizers` rebuilds its whole vocabulary
     /// map to count it (once per decoded token otherwise).
     vocab_size: usize,
-    bos: Option<u32>,
-    eos: Option<u32>,
-    add_bos: bool,
-    add_eos: bool,
+    specials: Specials,
 }
 
 impl Clone for Tokenizer {
@@ -109,10 +144,7 @@ impl Clone for Tokenizer {
         Self {
             inner: Mutex::new(self.lock().clone()),
             vocab_size: self.vocab_size,
-            bos: self.bos,
-            eos: self.eos,
-            add_bos: self.add_bos,
-            add_eos: self.add_eos,
+            specials: self.specials.clone(),
         }
     }
 }
@@ -121,35 +153,50 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
             .field("vocab_size", &self.vocab_size())
-            .field("bos", &self.bos)
-            .field("eos", &self.eos)
+            .field("specials", &self.specials)
             .finish_non_exhaustive()
     }
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer described by GGUF metadata.
+    /// Builds the tokenizer described by GGUF metadata. Asking to add a BOS or EOS the
+    /// vocabulary does not name is an error.
     pub fn from_gguf_vocab(spec: &VocabSpec) -> Result<Self, TokenizerError> {
         let special = gguf_vocab::build(spec)?;
-        Ok(Self::assemble(
-            special,
-            spec.bos,
-            spec.eos,
-            spec.add_bos,
-            spec.add_eos,
-        ))
+        let added = |add: bool, id: Option<u32>, what: &str| match (add, id) {
+            (false, _) => Ok(Vec::new()),
+            (true, Some(id)) => Ok(vec![id]),
+            (true, None) => Err(TokenizerError::InvalidVocab(format!(
+                "tokenizer.ggml.add_{what}_token is true but there is no \
+                 tokenizer.ggml.{what}_token_id"
+            ))),
+        };
+        let specials = Specials {
+            bos: spec.bos,
+            eos: spec.eos,
+            pad: spec.pad,
+            prefix: added(spec.add_bos, spec.bos, "bos")?,
+            suffix: added(spec.add_eos, spec.eos, "eos")?,
+        };
+        Ok(Self::assemble(special, specials))
     }
 
-    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS and whether to add them come from a
-    /// `tokenizer_config.json` next to it when present; otherwise none are added.
+    /// Loads a Hugging Face `tokenizer.json`. Plain encoding adds what its
+    /// post-processor adds (as transformers 5 does); BOS/EOS/PAD come from a
+    /// `tokenizer_config.json` next to it when present. The file's truncation and
+    /// padding settings are dropped, as transformers drops them unless asked.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
         let path = path.as_ref();
         let load_err = |p: &Path, message: String| TokenizerError::Load {
             path: p.display().to_string(),
             message,
         };
-        let special =
+        let mut special =
             tokenizers::Tokenizer::from_file(path).map_err(|e| load_err(path, e.to_string()))?;
+        special
+            .with_truncation(None)
+            .map_err(|e| load_err(path, e.to_string()))?;
+        special.with_padding(None);
         let config_path = path.with_file_name("tokenizer_config.json");
         let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
             Ok(text) => {
@@ -157,50 +204,43 @@ impl Tokenizer {
             }
             Err(_) => serde_json::Value::Null,
         };
-        let token_id = |key: &str| {
-            let v = &config[key];
-            v.as_str()
-                .or_else(|| v["content"].as_str())
-                .and_then(|t| special.token_to_id(t))
-        };
-        let flag = |key: &str| config[key].as_bool().unwrap_or(false);
-        let (bos, eos) = (token_id("bos_token"), token_id("eos_token"));
-        let (add_bos, add_eos) = (flag("add_bos_token"), flag("add_eos_token"));
-        Ok(Self::assemble(special, bos, eos, add_bos, add_eos))
+        let specials = hf_specials::specials(&special, &config, &config_path)?;
+        Ok(Self::assemble(special, specials))
     }
 
     /// Stores the tokenizer with its special ids.
-    fn assemble(
-        special: tokenizers::Tokenizer,
-        bos: Option<u32>,
-        eos: Option<u32>,
-        add_bos: bool,
-        add_eos: bool,
-    ) -> Self {
+    fn assemble(special: tokenizers::Tokenizer, specials: Specials) -> Self {
         Self {
             vocab_size: special.get_vocab_size(true),
             inner: Mutex::new(special),
-            bos,
-            eos,
-            add_bos: add_bos && bos.is_some(),
-            add_eos: add_eos && eos.is_some(),
+            specials,
         }
     }
 
     /// Encodes `text`. With `special`, control tokens written in the text (e.g.
     /// `<|im_start|>`) become their ids; without, they are tokenized as plain text.
-    /// BOS/EOS are added only when the vocabulary asks for it (`add_bos`/`add_eos`).
+    /// The model's [`Specials::prefix`] and [`Specials::suffix`] (BOS/EOS when it asks
+    /// for them) are put around the text.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = {
-            let mut tk = self.lock();
-            tk.set_encode_special_tokens(!special);
-            tk.encode(text, false).map_err(backend)?
-        };
-        let mut ids = Vec::with_capacity(encoding.len() + 2);
-        ids.extend(self.bos.filter(|_| self.add_bos));
-        ids.extend_from_slice(encoding.get_ids());
-        ids.extend(self.eos.filter(|_| self.add_eos));
-        Ok(ids)
+        let text_ids = self.encode_bare(text, special)?;
+        let s = &self.specials;
+        Ok([&s.prefix[..], &text_ids, &s.suffix[..]].concat())
+    }
+
+    /// Encodes a prompt rendered by a chat template: control tokens written in it become
+    /// their ids, and nothing is added, so a template that writes `{{ bos_token }}`
+    /// yields exactly one BOS (transformers' `apply_chat_template` tokenizes with
+    /// `add_special_tokens=False` the same way).
+    pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_bare(text, true)
+    }
+
+    /// The text's own ids, nothing added.
+    fn encode_bare(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
+        let mut tk = self.lock();
+        tk.set_encode_special_tokens(!special);
+        let encoding = tk.encode(text, false).map_err(backend)?;
+        Ok(encoding.get_ids().to_vec())
     }
 
     /// Decodes `ids` to text; `skip_special` drops control tokens such as `<|im_end|>`.
@@ -234,12 +274,17 @@ impl Tokenizer {
 
     /// The beginning-of-sequence id, if the vocabulary has one.
     pub fn bos(&self) -> Option<u32> {
-        self.bos
+        self.specials.bos
     }
 
     /// The end-of-sequence id, if the vocabulary has one.
     pub fn eos(&self) -> Option<u32> {
-        self.eos
+        self.specials.eos
+    }
+
+    /// The special ids and the model's BOS/EOS policy.
+    pub fn specials(&self) -> &Specials {
+        &self.specials
     }
 
     /// Number of ids, added tokens included.

@@ -276,17 +276,52 @@ fn from_file_loads_tokenizer_json_and_config() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("tokenizer.json");
     built.save(&json, false).unwrap();
+    // The saved tokenizer has no post-processor, so nothing is added to plain text.
     let config = r#"{"bos_token": "<|im_start|>", "eos_token": {"content": "<|im_end|>"},
-                     "add_bos_token": true}"#;
+                     "add_bos_token": false}"#;
     std::fs::write(dir.join("tokenizer_config.json"), config).unwrap();
     let tk = Tokenizer::from_file(&json).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!((tk.bos(), tk.eos()), (Some(1), Some(2)));
     let hello = id_of(&spec, "hello");
-    assert_eq!(
-        tk.encode("<|im_end|>hello", true).unwrap(),
-        vec![1, 2, hello]
-    );
+    assert_eq!(tk.encode("<|im_end|>hello", true).unwrap(), vec![2, hello]);
     let err = Tokenizer::from_file(dir.join("missing.json")).unwrap_err();
     assert!(err.to_string().contains("missing.json"), "{err}");
+}
+
+#[test]
+fn llama_without_space_prefix_neither_prepends_nor_strips() {
+    let mut spec = llama_spec();
+    spec.add_space_prefix = Some(false);
+    let tk = Tokenizer::from_gguf_vocab(&spec).unwrap();
+    let ids = tk.encode("hello world", false).unwrap();
+    let expect: Vec<u32> = ["<s>", "hello", "▁wor", "l", "d"]
+        .iter()
+        .map(|p| id_of(&spec, p))
+        .collect();
+    assert_eq!(ids, expect);
+    assert_eq!(tk.decode(&ids[1..], true).unwrap(), "hello world");
+    let ids = tk.encode(" hello", false).unwrap();
+    assert_eq!(ids[1], id_of(&spec, "▁hello"));
+    assert_eq!(tk.decode(&ids[1..], true).unwrap(), " hello");
+}
+
+#[test]
+fn gguf_bos_and_eos_policy() {
+    let mut spec = gpt2_spec("gpt2");
+    spec.add_bos = true;
+    spec.add_eos = true;
+    spec.pad = Some(0);
+    let tk = Tokenizer::from_gguf_vocab(&spec).unwrap();
+    let hello = id_of(&spec, "hello");
+    assert_eq!(tk.encode("hello", false).unwrap(), vec![1, hello, 2]);
+    assert_eq!(tk.encode_chat("<|im_start|>hello").unwrap(), vec![1, hello]);
+    assert_eq!(tk.specials().pad, Some(0));
+    spec.bos = None;
+    let err = Tokenizer::from_gguf_vocab(&spec).unwrap_err();
+    assert!(err.to_string().contains("add_bos_token"), "{err}");
+    let mut spec = gpt2_spec("gpt2");
+    spec.pad = Some(100_000);
+    let err = Tokenizer::from_gguf_vocab(&spec).unwrap_err();
+    assert!(err.to_string().contains("pad id 100000"), "{err}");
 }
