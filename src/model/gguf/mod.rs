@@ -30,12 +30,10 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
+pub use consistency::check_dimensions;
 pub use ggml_type::{dtype_from_ggml, ggml_from_dtype, ggml_type_name};
 pub use metadata::Metadata;
-pub use tensor_info::{TensorInfo, MAX_DIMS};
-pub use consistency::check_dimensions;
-pub use metadata::Metadata;
-pub use tensor_info::{dtype_from_ggml, ggml_from_dtype, TensorInfo, MAX_DIMS, MAX_NAME_BYTES};
+pub use tensor_info::{TensorInfo, MAX_DIMS, MAX_NAME_BYTES};
 pub use value::{Array, Value};
 pub use vocab::{stop_ids, vocab_spec};
 pub use writer::write_gguf;
