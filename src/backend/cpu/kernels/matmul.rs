@@ -158,7 +158,7 @@ fn quantized(
     Ok(())
 }
 
-/// Q4_K, Q5_K and Q6_K weights with few rows of `x` (decode): quantizes each row of
+/// Q4_K, Q5_K, Q6_K and IQ4_XS weights with few rows of `x` (decode): quantizes each row of
 /// `x` to Q8_K super-blocks, then integer dot products in parallel over weight rows,
 /// each task dotting its rows with every row of `x`. More rows take dequantize +
 /// gemm, which the f32 microkernel makes faster than per-row dots.

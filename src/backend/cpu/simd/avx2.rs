@@ -29,7 +29,7 @@ pub(super) fn load32(b: &[i8; 32]) -> __m256i {
 /// The 32 nibbles of `qs` as bytes 0..=15: low nibbles in lanes 0..16, high in 16..32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn nibbles(qs: &[u8; 16]) -> __m256i {
+pub(super) fn nibbles(qs: &[u8; 16]) -> __m256i {
     let b = load16(qs);
     let mask = _mm_set1_epi8(0x0F);
     let lo = _mm_and_si128(b, mask);

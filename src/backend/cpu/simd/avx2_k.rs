@@ -6,8 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{half, half2, hsum, load32};
-use super::kquant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use super::avx2::{half, half2, hsum, iq4_table, load32, nibbles};
+use super::kquant::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use super::scalar_k::scales_mins;
 
 /// 32 bytes as a vector.
@@ -152,6 +152,29 @@ fn block_q6_k(wb: &BlockQ6K, xb: &BlockQ8K) -> (__m256, f32) {
     (v, -32.0 * dd * offset)
 }
 
+/// IQ4_XS super-block: per sub-block, the table values of the nibbles (signs moved
+/// onto the activations, as for Q8_0) dotted with `maddubs` and scaled by `madd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn block_iq4_xs(wb: &BlockIQ4XS, xb: &BlockQ8K) -> (__m256, f32) {
+    let table = _mm256_broadcastsi128_si256(iq4_table());
+    let (q, _) = wb.qs.as_chunks::<16>();
+    let (y, _) = xb.qs.as_chunks::<32>();
+    let mut acc = _mm256_setzero_si256();
+    for ib in 0..8 {
+        let v = _mm256_shuffle_epi8(table, nibbles(&q[ib]));
+        let y = _mm256_sign_epi8(load32(&y[ib]), v);
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), y);
+        let scale = _mm256_set1_epi16(wb.scale(ib) as i16);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale));
+    }
+    let dd = half(wb.d) * xb.d;
+    (
+        _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(acc)),
+        0.0,
+    )
+}
+
 /// Q4_K weights × one Q8_K row, as the scalar twin.
 ///
 /// # Safety
@@ -179,4 +202,13 @@ pub(super) unsafe fn q5_k(w: &[BlockQ5K], x: &[BlockQ8K], out: &mut [f32]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q6_k(w: &[BlockQ6K], x: &[BlockQ8K], out: &mut [f32]) {
     rows(w, x, out, |b, xb| block_q6_k(b, xb));
+}
+
+/// IQ4_XS weights × one Q8_K row, as the scalar twin.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4_xs(w: &[BlockIQ4XS], x: &[BlockQ8K], out: &mut [f32]) {
+    rows(w, x, out, |b, xb| block_iq4_xs(b, xb));
 }

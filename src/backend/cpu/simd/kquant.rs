@@ -1,4 +1,4 @@
-//! Integer dot products for the 256-weight K-quant formats (Q4_K, Q5_K, Q6_K) with
+//! Integer dot products for the 256-weight formats Q4_K, Q5_K, Q6_K and IQ4_XS with
 //! activations quantized per row to [`BlockQ8K`] (ggml's Q8_K: one f32 scale, 256
 //! `i8`, the sums of each 16), the way llama.cpp does: sub-block scales multiply
 //! integer partial sums, minima and offsets come from the block sums, and each
@@ -68,6 +68,27 @@ pub(crate) struct BlockQ6K {
     pub(super) d: [u8; 2],
 }
 
+/// ggml `block_iq4_xs`: f16 scale, 8 six-bit sub-block scales (low nibbles in
+/// `scales_l`, two high bits each in `scales_h`) minus 32, and 8 IQ4_NL-style
+/// sub-blocks of 32 nibbles indexing [`IQ4_VALUES`](crate::backend::cpu::quant::IQ4_VALUES).
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(crate) struct BlockIQ4XS {
+    pub(super) d: [u8; 2],
+    pub(super) scales_h: [u8; 2],
+    pub(super) scales_l: [u8; 4],
+    pub(super) qs: [u8; 128],
+}
+
+impl BlockIQ4XS {
+    /// The scale of sub-block `ib` (`−32..32`).
+    pub(super) fn scale(&self, ib: usize) -> i32 {
+        let low = (self.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+        let high = (u16::from_le_bytes(self.scales_h) >> (2 * ib)) & 3;
+        (low as i32 | (high as i32) << 4) - 32
+    }
+}
+
 /// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j`, rows of
 /// `x.len()` super-blocks.
 type RowsFn<B> = fn(&[B], &[BlockQ8K], &mut [f32]);
@@ -78,6 +99,7 @@ pub(super) struct KTable {
     pub(super) q4_k: RowsFn<BlockQ4K>,
     pub(super) q5_k: RowsFn<BlockQ5K>,
     pub(super) q6_k: RowsFn<BlockQ6K>,
+    pub(super) iq4_xs: RowsFn<BlockIQ4XS>,
 }
 
 impl KTable {
@@ -86,6 +108,7 @@ impl KTable {
         q4_k: scalar_k::rows_q4_k,
         q5_k: scalar_k::rows_q5_k,
         q6_k: scalar_k::rows_q6_k,
+        iq4_xs: scalar_k::rows_iq4_xs,
     };
 
     /// The AVX2 kernels when this CPU supports them.
@@ -98,6 +121,7 @@ impl KTable {
             q4_k: x86::q4_k,
             q5_k: x86::q5_k,
             q6_k: x86::q6_k,
+            iq4_xs: x86::iq4_xs,
         })
     }
 
@@ -126,6 +150,7 @@ impl KTable {
             KQuantKind::Q4K => run(w, x.len(), out.len(), |w| (self.q4_k)(w, x, out)),
             KQuantKind::Q5K => run(w, x.len(), out.len(), |w| (self.q5_k)(w, x, out)),
             KQuantKind::Q6K => run(w, x.len(), out.len(), |w| (self.q6_k)(w, x, out)),
+            KQuantKind::IQ4XS => run(w, x.len(), out.len(), |w| (self.iq4_xs)(w, x, out)),
         }
     }
 }
@@ -135,7 +160,7 @@ impl KTable {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::avx2_k;
-    use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+    use super::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
     /// Safe wrappers of `avx2_k::$name` for a table built after feature detection.
     macro_rules! wrap {
@@ -152,6 +177,7 @@ mod x86 {
         q4_k(BlockQ4K);
         q5_k(BlockQ5K);
         q6_k(BlockQ6K);
+        iq4_xs(BlockIQ4XS);
     }
 }
 
@@ -172,6 +198,8 @@ pub(crate) enum KQuantKind {
     Q5K,
     /// [`DType::Q6K`].
     Q6K,
+    /// [`DType::IQ4XS`].
+    IQ4XS,
 }
 
 impl KQuantKind {
@@ -181,6 +209,7 @@ impl KQuantKind {
             DType::Q4K => Some(KQuantKind::Q4K),
             DType::Q5K => Some(KQuantKind::Q5K),
             DType::Q6K => Some(KQuantKind::Q6K),
+            DType::IQ4XS => Some(KQuantKind::IQ4XS),
             _ => None,
         }
     }

@@ -4,7 +4,8 @@
 
 use half::f16;
 
-use super::kquant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+use super::kquant::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+use crate::backend::cpu::quant::IQ4_VALUES;
 
 /// The two f16 at the start of `dm` as f32.
 fn half2(dm: [u8; 4]) -> (f32, f32) {
@@ -111,6 +112,23 @@ fn q6_k(wb: &BlockQ6K, xb: &BlockQ8K) -> f32 {
     xb.d * d * sumi as f32
 }
 
+/// IQ4_XS × Q8_K: `d·d_x·Σ_s sc[s]·Σ IQ4_VALUES[q]·q_x` over 8 sub-blocks of 32.
+fn iq4_xs(wb: &BlockIQ4XS, xb: &BlockQ8K) -> f32 {
+    let d = f16::from_le_bytes(wb.d).to_f32();
+    let v = |q: u8| IQ4_VALUES[q as usize] as i32;
+    let mut sumi = 0i32;
+    for (ib, q) in wb.qs.chunks_exact(16).enumerate() {
+        let y = &xb.qs[32 * ib..32 * ib + 32];
+        let dot: i32 = q
+            .iter()
+            .enumerate()
+            .map(|(j, &q)| v(q & 0xF) * y[j] as i32 + v(q >> 4) * y[j + 16] as i32)
+            .sum();
+        sumi += wb.scale(ib) * dot;
+    }
+    xb.d * d * sumi as f32
+}
+
 /// Q4_K weights × one Q8_K row.
 pub(super) fn rows_q4_k(w: &[BlockQ4K], x: &[BlockQ8K], out: &mut [f32]) {
     rows(w, x, out, q4_k);
@@ -124,4 +142,9 @@ pub(super) fn rows_q5_k(w: &[BlockQ5K], x: &[BlockQ8K], out: &mut [f32]) {
 /// Q6_K weights × one Q8_K row.
 pub(super) fn rows_q6_k(w: &[BlockQ6K], x: &[BlockQ8K], out: &mut [f32]) {
     rows(w, x, out, q6_k);
+}
+
+/// IQ4_XS weights × one Q8_K row.
+pub(super) fn rows_iq4_xs(w: &[BlockIQ4XS], x: &[BlockQ8K], out: &mut [f32]) {
+    rows(w, x, out, iq4_xs);
 }

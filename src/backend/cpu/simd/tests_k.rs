@@ -11,10 +11,11 @@ use crate::backend::cpu::quant::dequantize;
 use crate::graph::DType;
 
 /// Every K-quant kind with its dtype and the byte offsets of its f16 fields.
-const KINDS: [(KQuantKind, DType, &[usize]); 3] = [
+const KINDS: [(KQuantKind, DType, &[usize]); 4] = [
     (KQuantKind::Q4K, DType::Q4K, &[0, 2]),
     (KQuantKind::Q5K, DType::Q5K, &[0, 2]),
     (KQuantKind::Q6K, DType::Q6K, &[208]),
+    (KQuantKind::IQ4XS, DType::IQ4XS, &[0]),
 ];
 
 /// Random super-blocks of `dtype` with finite scales in a realistic range.
@@ -71,6 +72,7 @@ fn avx2_kernels_match_scalar_twins() {
 fn scalar_dots_equal_f64_dots_of_dequantized_values() {
     let (nb, rows) = (3, 4);
     for (kind, dtype, half_at) in KINDS {
+        assert_eq!(KQuantKind::of(dtype), Some(kind));
         let w = weights(dtype, half_at, rows, nb, 30);
         let mut wf = vec![0.0; rows * nb * QK_K];
         dequantize(dtype, &w, &mut wf).unwrap();
