@@ -76,10 +76,11 @@ mod tests {
     use crate::backend::{MemorySpace, Refusal};
     use crate::graph::{GraphBuilder, RopeMode};
 
-    /// Band-scaled RoPE (Llama 3.1) has no WGSL kernel: the GPU's capability refuses
-    /// it by kind, so the planner leaves it on the CPU, while plain RoPE stays here.
+    /// Band-scaled RoPE (Llama 3.1), affine and soft-cap have no WGSL kernel: the GPU's
+    /// capability refuses them by kind, so the planner leaves them on the CPU, while
+    /// plain RoPE stays here.
     #[test]
-    fn rope_with_a_frequency_table_is_refused() {
+    fn ops_without_kernels_are_refused() {
         let mut b = GraphBuilder::new();
         let x = b.input("x", DType::F32, [2, 3, 8]).unwrap();
         let pos = b.input("pos", DType::I32, [2]).unwrap();
@@ -87,7 +88,10 @@ mod tests {
         let table = b
             .rope_freqs(x, pos, RopeMode::Neox, vec![1.0, 0.5, 0.1, 0.01], 1.0)
             .unwrap();
-        let g = b.finish(vec![plain, table]).unwrap();
+        let flat = b.reshape(x, [2, 24]).unwrap();
+        let affine = b.affine(flat, 2.0, 1.0).unwrap();
+        let capped = b.softcap(flat, 30.0).unwrap();
+        let g = b.finish(vec![plain, table, affine, capped]).unwrap();
         let cap = Capability {
             ops: OpSet::of(&OPS),
             dtypes: DTypeSet::of(&[DType::F32]),
@@ -102,5 +106,8 @@ mod tests {
         };
         assert_eq!(cap.supports(&g, plain), Ok(()));
         assert_eq!(cap.supports(&g, table), Err(Refusal::Op(OpKind::RopeFreqs)));
+        // Gemma's element-wise extras also stay on the CPU.
+        assert_eq!(cap.supports(&g, affine), Err(Refusal::Op(OpKind::Affine)));
+        assert_eq!(cap.supports(&g, capped), Err(Refusal::Op(OpKind::SoftCap)));
     }
 }

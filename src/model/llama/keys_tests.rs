@@ -309,10 +309,20 @@ fn sliding_windows_follow_transformers_per_model_type() {
 }
 
 fn gguf(dir: &Path, extra: &[(&str, GgufValue)]) -> Result<LlamaConfig, ModelError> {
-    let tensors: Vec<(String, HostTensor)> = roles()
+    gguf_with(dir, extra, Vec::new())
+}
+
+/// A one-layer GGUF with `extra` metadata and `tensors` besides the Llama ones.
+fn gguf_with(
+    dir: &Path,
+    extra: &[(&str, GgufValue)],
+    more: Vec<(String, HostTensor)>,
+) -> Result<LlamaConfig, ModelError> {
+    let mut tensors: Vec<(String, HostTensor)> = roles()
         .into_iter()
         .map(|(r, s)| (r.gguf_name(), tensor(&s)))
         .collect();
+    tensors.extend(more);
     let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut metadata: BTreeMap<&str, GgufValue> = [
         ("general.architecture", GgufValue::Str("llama".into())),
@@ -367,4 +377,95 @@ fn every_unsupported_gguf_variant_is_refused_by_key_and_value() {
         let err = gguf(dir.path(), &[(key, value)]).unwrap_err().to_string();
         assert!(err.contains(want), "{err} lacks {want:?}");
     }
+}
+
+/// Llama 3.1 GGUF files carry `rope_freqs.weight`; ggml divides each pair's frequency
+/// by its factor, and so must the table the tracer gets.
+#[test]
+fn gguf_rope_freqs_divide_each_frequency() {
+    let dir = tempfile::tempdir().unwrap();
+    let factors = [1.0f32, 2.0, 4.0, 8.0];
+    let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let freqs = HostTensor::new(DType::F32, Shape::new([4]), SharedBytes::from_vec(bytes)).unwrap();
+    let meta = [("llama.rope.freq_base", GgufValue::F32(500000.0))];
+    let config = gguf_with(dir.path(), &meta, vec![("rope_freqs.weight".into(), freqs)]).unwrap();
+    let table = config.rope.inv_freq.expect("a table");
+    for (i, (got, f)) in table.iter().zip(factors).enumerate() {
+        let want = 500000f64.powf(-2.0 * i as f64 / DH as f64) / f as f64;
+        assert!(
+            ((*got as f64) - want).abs() <= 1e-6 * want,
+            "pair {i}: {got} vs {want}"
+        );
+    }
+    let short = HostTensor::new(
+        DType::F32,
+        Shape::new([2]),
+        SharedBytes::from_vec(vec![0; 8]),
+    );
+    let err = gguf_with(
+        dir.path(),
+        &[],
+        vec![("rope_freqs.weight".into(), short.unwrap())],
+    );
+    assert!(err.unwrap_err().to_string().contains("rope_freqs.weight"));
+}
+
+/// Qwen3 GGUF files name the per-head norms `attn_q_norm` / `attn_k_norm`; the tracer
+/// reads them (a Llama file with such tensors is not silently run without them).
+#[test]
+fn gguf_qwen3_head_norms_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let norms = vec![
+        (TensorRole::AttnQNorm(0).gguf_name(), tensor(&[DH])),
+        (TensorRole::AttnKNorm(0).gguf_name(), tensor(&[DH])),
+    ];
+    let qwen3: Vec<(&str, GgufValue)> = [
+        ("general.architecture", GgufValue::Str("qwen3".into())),
+        ("qwen3.block_count", GgufValue::U32(1)),
+        ("qwen3.embedding_length", GgufValue::U32(D as u32)),
+        ("qwen3.feed_forward_length", GgufValue::U32(F as u32)),
+        ("qwen3.attention.head_count", GgufValue::U32(H as u32)),
+        ("qwen3.context_length", GgufValue::U32(64)),
+        (
+            "qwen3.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(1e-6),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    // The helper also writes llama.* keys, which a qwen3 file must not have.
+    let err = gguf_with(dir.path(), &qwen3, norms.clone());
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("GGUF metadata llama."), "{err}");
+    let config =
+        crate::model::llama::LlamaConfig::from_gguf(&qwen3_file(dir.path(), &qwen3, norms));
+    let config = config.unwrap();
+    assert_eq!(config.rope.mode, crate::graph::RopeMode::Neox);
+    let graph = crate::model::llama::trace_step(
+        &config,
+        &GgufFile::open(dir.path().join("q.gguf")).unwrap(),
+        1,
+    )
+    .unwrap();
+    let reads_norm = graph.nodes().iter().any(|n| {
+        matches!(&n.op, crate::graph::Op::Weight { name } if name == "blk.0.attn_q_norm.weight")
+    });
+    assert!(reads_norm);
+}
+
+/// Writes a GGUF of exactly `metadata` with the Llama tensors plus `more`.
+fn qwen3_file(
+    dir: &Path,
+    metadata: &[(&str, GgufValue)],
+    more: Vec<(String, HostTensor)>,
+) -> GgufFile {
+    let mut tensors: Vec<(String, HostTensor)> = roles()
+        .into_iter()
+        .map(|(r, s)| (r.gguf_name(), tensor(&s)))
+        .collect();
+    tensors.extend(more);
+    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let path = dir.join("q.gguf");
+    write_gguf(&path, metadata, &refs).unwrap();
+    GgufFile::open(&path).unwrap()
 }
