@@ -129,7 +129,14 @@ mod tests {
                 TensorRole::AttnQBias(_) | TensorRole::AttnKBias(_) | TensorRole::AttnVBias(_) => {
                     None
                 }
-                _ => Some((DType::F16, Shape::new([64, 64]))),
+                TensorRole::AttnQ(_)
+                | TensorRole::AttnK(_)
+                | TensorRole::AttnV(_)
+                | TensorRole::AttnOutput(_)
+                | TensorRole::FfnGate(_)
+                | TensorRole::FfnUp(_)
+                | TensorRole::FfnDown(_) => Some((DType::F16, Shape::new([64, 64]))),
+                _ => None,
             }
         }
 

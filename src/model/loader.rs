@@ -44,9 +44,10 @@ impl Model {
 
     fn open_gguf(path: &Path) -> Result<Model, ModelError> {
         let file = GgufFile::open(path)?;
-        let config = LlamaConfig::from_gguf(&file)?;
-        // Metadata against tensor shapes, before anything is allocated for the model.
+        // Metadata against tensor shapes, before anything is allocated or traced for the
+        // model, so a contradiction is reported by its key rather than by a traced op.
         gguf::check_dimensions(&file)?;
+        let config = LlamaConfig::from_gguf(&file)?;
         let meta = file.metadata();
         let spec = gguf::vocab_spec(meta)?;
         let tokenizer = Tokenizer::from_gguf_vocab(&spec).map_err(|e| tokenizer_error(path, e))?;
