@@ -3,8 +3,8 @@
 use rayon::prelude::*;
 
 use super::check_len;
+use super::float::widen_f16;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use crate::backend::{BackendError, KvRows, StepState};
 
@@ -172,7 +172,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => &r[start..start + buf.len()],
             Rows::F16(r) => {
-                r[start..start + buf.len()].convert_to_f32_slice(buf);
+                widen_f16(&r[start..start + buf.len()], buf);
                 buf
             }
         }
