@@ -71,10 +71,15 @@ impl TensorMix {
         let tied = weights.info(TensorRole::Output).is_none();
         let mut by_dtype: BTreeMap<String, (usize, u64)> = BTreeMap::new();
         let (mut total, mut read) = (0u64, 0u64);
+        // Two roles may name one tensor (Gemma's pre-FFN norm is `ffn_norm` in GGUF).
+        let mut seen = std::collections::HashSet::new();
         for role in roles {
             let Some((dtype, shape)) = weights.info(role) else {
                 continue;
             };
+            if !seen.insert(weights.name(role)) {
+                continue;
+            }
             let bytes = dtype.bytes_for(shape.numel()).unwrap_or(0) as u64;
             let entry = by_dtype.entry(dtype.name().to_string()).or_default();
             entry.0 += 1;
