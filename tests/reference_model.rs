@@ -3,9 +3,12 @@
 //! steps, and free-running greedy up to the first low-margin step. The model is fetched
 //! with the project's own code (`model::fetch`), as a user's first run would.
 
+mod reference_support;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use reference_support::{argmax, ids, top10_diff};
 use serde_json::Value;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights, Runner};
@@ -28,35 +31,6 @@ fn runner() -> Runner {
         BackendSet::new(vec![cpu]).unwrap(),
         512,
     )
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn argmax(logits: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-/// Largest |ours − theirs| over llama.cpp's top-10 `[[id, logit], ...]`.
-fn top10_diff(ours: &[f32], top10: &[Value]) -> f32 {
-    top10
-        .iter()
-        .map(|pair| {
-            let id = pair[0].as_u64().unwrap() as usize;
-            (ours[id] - pair[1].as_f64().unwrap() as f32).abs()
-        })
-        .fold(0.0, f32::max)
 }
 
 fn full_vector_check(name: &str, ours: &[f32], file: &str) {

@@ -12,9 +12,12 @@
 //! the F32 source is exempt, since our dequantizer writes the same tensor values with the
 //! metadata in another order.
 
+mod reference_support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use reference_support::{argmax, ids, top10_diff};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
@@ -66,29 +69,6 @@ fn sha256(path: &Path) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn argmax(logits: &[f32]) -> usize {
-    (0..logits.len()).fold(0, |best, i| if logits[i] > logits[best] { i } else { best })
-}
-
-/// Largest |ours − theirs| over llama.cpp's top-10 `[[id, logit], ...]`.
-fn top10_diff(ours: &[f32], top10: &[Value]) -> f32 {
-    top10
-        .iter()
-        .map(|pair| {
-            let id = pair[0].as_u64().unwrap() as usize;
-            (ours[id] - pair[1].as_f64().unwrap() as f32).abs()
-        })
-        .fold(0.0, f32::max)
 }
 
 /// Runs every case of `reference` on `path`; returns the failures, one line each.
