@@ -21,11 +21,10 @@ const DOT_MAX_ROWS: usize = 4;
 const TILE_ROWS: usize = 256;
 /// Weight rows per rayon task on the dot-product path.
 const DOT_CHUNK: usize = 16;
-/// Fewest weight rows per rayon task on the quantized path.
-const QUANT_MIN_TASK_ROWS: usize = 16;
-/// Rayon tasks per pool thread on the quantized path: a few, so a thread slowed by
-/// other work on the machine is balanced by the others.
-const QUANT_TASKS_PER_THREAD: usize = 4;
+/// Fewest weight rows per rayon task on the row-parallel paths.
+const MIN_TASK_ROWS: usize = 16;
+/// Rayon tasks per pool thread on the row-parallel paths (see [`task_rows`]).
+const TASKS_PER_THREAD: usize = 4;
 /// Weight rows (a few KiB) dotted with every group of activation rows before moving
 /// on, so they stay in L1 while the activations come from L2.
 const QUANT_PANEL_ROWS: usize = 16;
@@ -87,6 +86,20 @@ pub(crate) fn matmul(
     if m <= DOT_MAX_ROWS {
         return dot_rows(x, m, w, row_bytes, out);
     }
+    tiled(x, m, w, row_bytes, out, |b, o| dequantize(w.dtype, b, o))
+}
+
+/// `out = x · wᵀ` through the f32 GEMM, [`TILE_ROWS`] weight rows at a time, each tile
+/// expanded to f32 by `expand` (one weight row of `row_bytes` into `w.k` values), rows
+/// in parallel.
+pub(super) fn tiled(
+    x: &[f32],
+    m: usize,
+    w: Weight<'_>,
+    row_bytes: usize,
+    out: &mut [f32],
+    expand: impl Fn(&[u8], &mut [f32]) -> Result<(), BackendError> + Sync,
+) -> Result<(), BackendError> {
     let mut tile = vec![0.0f32; TILE_ROWS.min(w.n) * w.k];
     for n0 in (0..w.n).step_by(TILE_ROWS) {
         let rows = TILE_ROWS.min(w.n - n0);
@@ -94,10 +107,17 @@ pub(crate) fn matmul(
         let dst = &mut tile[..rows * w.k];
         dst.par_chunks_mut(w.k.max(1))
             .zip(src.par_chunks(row_bytes.max(1)))
-            .try_for_each(|(o, b)| dequantize(w.dtype, b, o))?;
+            .try_for_each(|(o, b)| expand(b, o))?;
         gemm_xwt(x, m, dst, rows, w.k, out, n0);
     }
     Ok(())
+}
+
+/// Weight rows per rayon task when `n` rows are split over the pool: a few tasks per
+/// thread, so a thread slowed by other work on the machine is balanced by the others.
+pub(super) fn task_rows(n: usize) -> usize {
+    let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
+    n.div_ceil(tasks).max(MIN_TASK_ROWS)
 }
 
 /// The 32-weight block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): quantizes `x` once to Q8 blocks, then integer dot
@@ -127,8 +147,7 @@ fn quantized(
     } else {
         quantize_row(x, &mut xq)?;
     }
-    let tasks = rayon::current_num_threads() * QUANT_TASKS_PER_THREAD;
-    let task_rows = n.div_ceil(tasks).max(QUANT_MIN_TASK_ROWS);
+    let task_rows = task_rows(n);
     let weights = w.bytes.par_chunks(task_rows * row_bytes);
     if m == 1 {
         return out
@@ -176,8 +195,7 @@ fn k_quantized(
     for (q, x) in xq.chunks_mut(nb).zip(x.chunks(k)) {
         quantize_row_k(x, q)?;
     }
-    let tasks = rayon::current_num_threads() * QUANT_TASKS_PER_THREAD;
-    let task_rows = n.div_ceil(tasks).max(QUANT_MIN_TASK_ROWS);
+    let task_rows = task_rows(n);
     let weights = w.bytes.par_chunks(task_rows * row_bytes);
     if m == 1 {
         return out
@@ -277,15 +295,7 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out[i, col0 + j] = Σ_k x[i, k] · w[j, k]` for `j < n`, `out` having rows of
 /// `stride` ≥ `col0 + n`.
-pub(super) fn gemm_xwt(
-    x: &[f32],
-    m: usize,
-    w: &[f32],
-    n: usize,
-    k: usize,
-    out: &mut [f32],
-    col0: usize,
-) {
+fn gemm_xwt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [f32], col0: usize) {
     let threads = rayon::current_num_threads();
     let stride = out.len() / m;
     assert!(x.len() >= m * k && w.len() >= n * k && col0 + n <= stride && m * stride == out.len());

@@ -6,17 +6,8 @@
 use rayon::prelude::*;
 
 use super::float::{dot_rows, widen, Activations, FloatKind, MAX_ROWS};
-use super::matmul::{gemm_xwt, transpose_into, Weight};
+use super::matmul::{task_rows, tiled, transpose_into, Weight};
 use crate::backend::BackendError;
-
-/// Fewest weight rows per rayon task on the decode path.
-const MIN_TASK_ROWS: usize = 16;
-/// Rayon tasks per pool thread on the decode path: a few, so a thread slowed by other
-/// work on the machine is balanced by the others.
-const TASKS_PER_THREAD: usize = 4;
-/// Weight rows widened per GEMM call on the prefill path (with `k` = 576, 576 KiB of
-/// f32: the tile stays in L2 while the GEMM streams the activations past it).
-const TILE_ROWS: usize = 256;
 
 /// `out [m, n] = x [m, k] · wᵀ` for `w` of `kind`; `w.bytes` holds `n` rows of `k`
 /// two-byte values (checked by the caller) and `x`, `out` are `[m, k]`, `[m, n]`.
@@ -30,7 +21,8 @@ pub(super) fn matmul(
     if m <= MAX_ROWS {
         decode(x, m, w, kind, out)
     } else {
-        prefill(x, m, w, kind, out)
+        // Many rows: tiles widened to f32 by the same SIMD conversion, then the f32 GEMM.
+        tiled(x, m, w, 2 * w.k, out, |b, o| widen(kind, b, o))
     }
 }
 
@@ -45,8 +37,7 @@ fn decode(
 ) -> Result<(), BackendError> {
     let (n, k) = (w.n, w.k);
     let act = Activations::prepare(kind, x);
-    let tasks = rayon::current_num_threads() * TASKS_PER_THREAD;
-    let task_rows = n.div_ceil(tasks).max(MIN_TASK_ROWS);
+    let task_rows = task_rows(n);
     let weights = w.bytes.par_chunks(task_rows * 2 * k);
     if m == 1 {
         return out
@@ -60,28 +51,5 @@ fn decode(
         .zip(weights)
         .try_for_each(|(o, wb)| dot_rows(kind, wb, &act, k, o))?;
     transpose_into(&out_t, m, m, n, out);
-    Ok(())
-}
-
-/// Many activation rows: tiles of [`TILE_ROWS`] weight rows widened to f32 (rows in
-/// parallel), each multiplied by the f32 GEMM.
-fn prefill(
-    x: &[f32],
-    m: usize,
-    w: Weight<'_>,
-    kind: FloatKind,
-    out: &mut [f32],
-) -> Result<(), BackendError> {
-    let k = w.k;
-    let mut tile = vec![0.0f32; TILE_ROWS.min(w.n) * k];
-    for n0 in (0..w.n).step_by(TILE_ROWS) {
-        let rows = TILE_ROWS.min(w.n - n0);
-        let src = &w.bytes[n0 * 2 * k..(n0 + rows) * 2 * k];
-        let dst = &mut tile[..rows * k];
-        dst.par_chunks_mut(k)
-            .zip(src.par_chunks(2 * k))
-            .try_for_each(|(o, b)| widen(kind, b, o))?;
-        gemm_xwt(x, m, dst, rows, k, out, n0);
-    }
     Ok(())
 }
