@@ -37,6 +37,7 @@ fn step(bucket: u32) -> StepKey {
         model: fingerprint(b"tiny-llama"),
         phase: Phase::Decode,
         bucket,
+        sequences: 1,
         backends: fingerprint(b"cpu"),
     }
 }

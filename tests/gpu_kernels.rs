@@ -416,10 +416,7 @@ fn attention_sequence(
             random("v", KV_HEADS),
         ];
         let run = |backends, expect, cache| {
-            let state = &mut StepState {
-                kv_len,
-                kv: Some(cache),
-            };
+            let state = &mut StepState::single(cache, kv_len);
             let exec = executor(attention_graph(n, variant), backends, &store, expect);
             exec.run(&inputs, state).unwrap()[0].to_f32_vec().unwrap()
         };

@@ -271,6 +271,7 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             model: 1,
             phase,
             bucket: n as u32,
+            sequences: 1,
             backends: set.fingerprint(),
         };
         let context = CompileContext {
@@ -289,10 +290,7 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             ("x", Tensor::from_f32([n, D], &x).unwrap()),
             ("positions", Tensor::from_i32([n], &positions).unwrap()),
         ];
-        let mut state = StepState {
-            kv_len,
-            kv: Some(&mut kv),
-        };
+        let mut state = StepState::single(&mut kv, kv_len);
         let out = executor.run(&inputs, &mut state).unwrap();
         let got = out[0].to_f32_vec().unwrap();
         for t in 0..n {

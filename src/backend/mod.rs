@@ -17,7 +17,7 @@ mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
 pub use set::BackendSet;
-pub use step::{DeviceKv, KvCache, KvDType, KvLayout, KvRows, StepState};
+pub use step::{DeviceKv, KvCache, KvDType, KvLayout, KvRows, Segment, StepState};
 pub use tensor::{
     plain_bytes, AlignedBytes, DeviceBuffer, HostTensor, ResidentWeight, SharedBytes, Tensor,
     TensorData,

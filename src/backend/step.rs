@@ -167,6 +167,18 @@ impl KvCache {
         Ok((keys, values))
     }
 
+    /// Host keys and values of `layer` for reading; the host must hold the layer's
+    /// newest rows, as it does after [`KvCache::layer_mut`].
+    pub fn layer(&self, layer: usize) -> Result<(&KvRows, &KvRows), BackendError> {
+        self.check_layer(layer)?;
+        if self.home[layer] != MemorySpace::HOST {
+            return Err(BackendError::KvCache(format!(
+                "layer {layer}'s newest rows are on a device, not the host"
+            )));
+        }
+        Ok((&self.keys[layer], &self.values[layer]))
+    }
+
     /// The device copy in `space` for attention on `layer`, created by `make` on first
     /// use. Also returns the host rows when the host holds the newest ones for this
     /// layer, which the caller must upload (positions `0..kv_len`) before use; the
@@ -217,21 +229,79 @@ impl KvCache {
     }
 }
 
-/// Runtime inputs of one step that are not tensors.
+/// One sequence's share of a step: which of the step's token rows are its tokens, and
+/// the cache they attend over. Rows of no segment (a batch's padding) attend to nothing.
 #[derive(Debug)]
-pub struct StepState<'a> {
-    /// Positions already in the KV cache; this step's tokens are written after them.
+pub struct Segment<'a> {
+    /// The step's rows holding this sequence's tokens, in order; `0..usize::MAX` for
+    /// every row of the step.
+    pub rows: std::ops::Range<usize>,
+    /// Positions already in the sequence's cache; its tokens are written after them.
     pub kv_len: usize,
-    /// The sequence's cache, when the graph has attention.
-    pub kv: Option<&'a mut KvCache>,
+    /// The sequence's cache.
+    pub kv: &'a mut KvCache,
 }
 
-impl StepState<'_> {
+impl Segment<'_> {
+    /// The rows of a step of `n` rows this segment covers, checked to lie inside it.
+    pub fn rows_within(&self, n: usize) -> Result<std::ops::Range<usize>, BackendError> {
+        let end = self.rows.end.min(n);
+        if self.rows.start >= end && n > 0 {
+            return Err(BackendError::KvCache(format!(
+                "segment rows {:?} lie outside a step of {n} rows",
+                self.rows
+            )));
+        }
+        Ok(self.rows.start..end)
+    }
+}
+
+/// Runtime inputs of one step that are not tensors: the sequences whose tokens it
+/// evaluates, each with its KV cache. One segment is a single sequence's step; several
+/// are a batched step, whose every non-attention op is row-wise and so shared.
+#[derive(Debug, Default)]
+pub struct StepState<'a> {
+    segments: Vec<Segment<'a>>,
+}
+
+impl<'a> StepState<'a> {
     /// State for a graph without attention.
     pub fn stateless() -> StepState<'static> {
+        StepState::default()
+    }
+
+    /// Every row of the step is one sequence's, after the `kv_len` positions `kv` holds.
+    pub fn single(kv: &'a mut KvCache, kv_len: usize) -> StepState<'a> {
         StepState {
-            kv_len: 0,
-            kv: None,
+            segments: vec![Segment {
+                rows: 0..usize::MAX,
+                kv_len,
+                kv,
+            }],
         }
+    }
+
+    /// Several sequences, each on its own rows; the rows must be ascending and disjoint.
+    pub fn batch(segments: Vec<Segment<'a>>) -> Result<StepState<'a>, BackendError> {
+        if let Some(w) = segments
+            .windows(2)
+            .find(|w| w[0].rows.end > w[1].rows.start || w[0].rows.is_empty())
+        {
+            return Err(BackendError::KvCache(format!(
+                "batch segments {:?} and {:?} overlap or are out of order",
+                w[0].rows, w[1].rows
+            )));
+        }
+        Ok(StepState { segments })
+    }
+
+    /// The step's sequences.
+    pub fn segments(&self) -> &[Segment<'a>] {
+        &self.segments
+    }
+
+    /// The step's sequences, mutably (their caches are written by attention).
+    pub fn segments_mut(&mut self) -> &mut [Segment<'a>] {
+        &mut self.segments
     }
 }

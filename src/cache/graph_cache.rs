@@ -300,6 +300,7 @@ mod tests {
             model: fingerprint(b"model"),
             phase: Phase::Decode,
             bucket,
+            sequences: 1,
             backends: fingerprint(b"cpu"),
         }
     }

@@ -23,8 +23,10 @@ pub struct StepKey {
     pub model: u64,
     /// Prefill or decode.
     pub phase: Phase,
-    /// Shape bucket (tokens per chunk for prefill, batch for decode).
+    /// Shape bucket: token rows of the step (tokens per chunk for prefill, batch for decode).
     pub bucket: u32,
+    /// Sequences whose logits the step returns (its batch bucket); 1 for one sequence.
+    pub sequences: u32,
     /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
     pub backends: u64,
 }
@@ -50,6 +52,7 @@ mod tests {
             model: fingerprint(b"m"),
             phase: Phase::Decode,
             bucket: 1,
+            sequences: 1,
             backends: fingerprint(b"cpu"),
         };
         let prefill = StepKey {

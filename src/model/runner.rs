@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
+use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, Segment, StepState, Tensor};
 use crate::cache::{
     get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
     WeightStore,
@@ -15,19 +15,30 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::llama::{inputs, trace_step, LlamaConfig, WeightInfo};
+use super::llama::{inputs, trace_batch, LlamaConfig, WeightInfo};
 use super::ModelError;
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
 pub const PREFILL_CHUNK: usize = 64;
+
+/// Most tokens one batched step of several sequences evaluates.
+pub const MAX_STEP_TOKENS: usize = 256;
+
+/// One sequence's share of a batched step: the tokens to evaluate after what it holds.
+pub struct Work<'s> {
+    /// The sequence; its length grows by `tokens.len()`.
+    pub seq: &'s mut Sequence,
+    /// Its next tokens (one for a decode, a chunk of its prompt for a prefill).
+    pub tokens: &'s [u32],
+}
 
 /// A model's tensors: both their declared shapes (for tracing) and their bytes.
 pub trait ModelWeights: WeightInfo + crate::cache::WeightSource {}
 
 impl<T: WeightInfo + crate::cache::WeightSource> ModelWeights for T {}
 
-/// Compiles and runs steps of one model on one set of backends, for one sequence at a
-/// time. Executors and resident weights are shared by every sequence it runs.
+/// Compiles and runs steps of one model on one set of backends, for one sequence or a
+/// batch of them. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
     pub(super) config: LlamaConfig,
     pub(super) weights: Arc<dyn ModelWeights>,
@@ -113,7 +124,7 @@ impl Runner {
             policy,
             store,
             cache: GraphCache::new(CacheBudget {
-                max_entries: 32,
+                max_entries: 96,
                 max_bytes: 4 << 30,
             }),
             context,
@@ -225,21 +236,7 @@ impl Runner {
     /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
-        if tokens.is_empty() {
-            return Err(ModelError::Input("no tokens to evaluate".into()));
-        }
-        if seq.len + tokens.len() > seq.context {
-            return Err(ModelError::ContextFull {
-                needed: seq.len + tokens.len(),
-                context: seq.context,
-            });
-        }
-        let vocab = self.config.vocab_size as u32;
-        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is outside the vocabulary of {vocab}"
-            )));
-        }
+        self.check_tokens(seq, tokens)?;
         let mut logits = Vec::new();
         for chunk in tokens.chunks(PREFILL_CHUNK) {
             logits = self.run_chunk(seq, chunk)?;
@@ -257,7 +254,7 @@ impl Runner {
             )
         };
         let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
-        let executor = self.executor(phase, bucket, arm)?;
+        let executor = self.executor(phase, bucket, 1, arm)?;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
         let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
@@ -267,10 +264,7 @@ impl Runner {
             (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
             (inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?),
         ];
-        let mut state = StepState {
-            kv_len: seq.len,
-            kv: Some(&mut seq.kv),
-        };
+        let mut state = StepState::single(&mut seq.kv, seq.len);
         let started = self.coexec.clock.now();
         let outputs = executor.run(&step_inputs, &mut state)?;
         if let Some(index) = gate_arm {
@@ -281,11 +275,114 @@ impl Runner {
         Ok(outputs[0].to_f32_vec()?)
     }
 
-    /// The executor of one step run as `arm`, compiled on a miss.
+    /// Evaluates each sequence's tokens after what it holds, all in one step, and
+    /// returns the logits of each one's last token, in order. The weights are read once
+    /// for the whole batch. A sequence gets bit-for-bit the logits it gets alone (the
+    /// 32-weight block formats at any batch size; K-quant, F16 and BF16 weights only up
+    /// to four rows, past which their kernels' summation order depends on the rows).
+    ///
+    /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
+    /// arms). Several run on the fallback backend alone, since GPU attention reads one
+    /// sequence's cache per step; their tokens together may be at most
+    /// [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
+    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<Vec<Vec<f32>>, ModelError> {
+        if let [one] = work {
+            return Ok(vec![self.forward(one.seq, one.tokens)?]);
+        }
+        if work.is_empty() {
+            return Err(ModelError::Input("no sequences to evaluate".into()));
+        }
+        let total: usize = work.iter().map(|w| w.tokens.len()).sum();
+        if total > MAX_STEP_TOKENS {
+            return Err(ModelError::Input(format!(
+                "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
+            )));
+        }
+        for w in work.iter() {
+            self.check_tokens(w.seq, w.tokens)?;
+        }
+        let decode = work.iter().all(|w| w.tokens.len() == 1);
+        let phase = if decode {
+            Phase::Decode
+        } else {
+            Phase::Prefill
+        };
+        let (bucket, sequences) = (total.next_power_of_two(), work.len().next_power_of_two());
+        let executor = self.executor(phase, bucket, sequences, Arm::Only(self.policy.fallback))?;
+        let mut ids = Vec::with_capacity(bucket);
+        let mut positions = Vec::with_capacity(bucket);
+        let mut last_rows = Vec::with_capacity(sequences);
+        for w in work.iter() {
+            ids.extend(w.tokens.iter().map(|&t| t as i32));
+            positions.extend((w.seq.len..w.seq.len + w.tokens.len()).map(|p| p as i32));
+            last_rows.push((ids.len() - 1) as i32);
+        }
+        ids.resize(bucket, 0);
+        positions.resize(bucket, 0);
+        last_rows.resize(sequences, 0);
+        let step_inputs = [
+            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
+            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
+            (
+                inputs::LOGITS_ROW,
+                Tensor::from_i32([sequences], &last_rows)?,
+            ),
+        ];
+        let mut row = 0;
+        let segments = work
+            .iter_mut()
+            .map(|w| {
+                let rows = row..row + w.tokens.len();
+                row = rows.end;
+                Segment {
+                    rows,
+                    kv_len: w.seq.len,
+                    kv: &mut w.seq.kv,
+                }
+            })
+            .collect();
+        let mut state = StepState::batch(segments)?;
+        let outputs = executor.run(&step_inputs, &mut state)?;
+        drop(state);
+        let logits = outputs[0].to_f32_vec()?;
+        let vocab = self.config.vocab_size;
+        for w in work.iter_mut() {
+            w.seq.len += w.tokens.len();
+        }
+        Ok(logits
+            .chunks_exact(vocab)
+            .take(work.len())
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+
+    /// Refuses `tokens` that are empty, overflow `seq`'s context or leave the vocabulary.
+    fn check_tokens(&self, seq: &Sequence, tokens: &[u32]) -> Result<(), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::Input("no tokens to evaluate".into()));
+        }
+        if seq.len + tokens.len() > seq.context {
+            return Err(ModelError::ContextFull {
+                needed: seq.len + tokens.len(),
+                context: seq.context,
+            });
+        }
+        let vocab = self.config.vocab_size as u32;
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The executor of one step of `bucket` token rows and `sequences` logits rows run
+    /// as `arm`, compiled on a miss.
     fn executor(
         &mut self,
         phase: Phase,
         bucket: usize,
+        sequences: usize,
         arm: Arm,
     ) -> Result<Arc<Executor>, ModelError> {
         let variant = match arm {
@@ -297,6 +394,7 @@ impl Runner {
             model: self.model_fingerprint,
             phase,
             bucket: bucket as u32,
+            sequences: sequences as u32,
             backends: self.backends_fingerprint ^ variant.rotate_left(17),
         };
         let context = CompileContext {
@@ -308,7 +406,8 @@ impl Runner {
         let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let graph = eliminate_dead_code(&trace_step(config, weights.as_ref(), bucket)?);
+            let graph =
+                eliminate_dead_code(&trace_batch(config, weights.as_ref(), bucket, sequences)?);
             coexec::plan_arm(&graph, arm, backends, policy, coexec)
         })?;
         let after = self.cache.stats();

@@ -161,10 +161,7 @@ fn attention_partition_decodes_with_cache_and_validates_inputs() {
     let qt = Tensor::from_f32([1, heads * dh], &[0.1; 8]).unwrap();
     let v0 = Tensor::from_f32([1, dh], &[1.0, 2.0, 3.0, 4.0]).unwrap();
     let v1 = Tensor::from_f32([1, dh], &[-1.0, 0.0, 5.0, 2.0]).unwrap();
-    let mut state = StepState {
-        kv_len: 0,
-        kv: Some(&mut cache),
-    };
+    let mut state = StepState::single(&mut cache, 0);
     let p0 = Tensor::from_i32([1], &[0]).unwrap();
     let first = part.run(&[&qt, &v0, &p0], &mut state).unwrap();
     // One cached position: the output is that position's value for every head.
@@ -172,7 +169,7 @@ fn attention_partition_decodes_with_cache_and_validates_inputs() {
         first[0].to_f32_vec().unwrap(),
         [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]
     );
-    state.kv_len = 1;
+    state.segments_mut()[0].kv_len = 1;
     let p1 = Tensor::from_i32([1], &[1]).unwrap();
     let second = part.run(&[&qt, &v1, &p1], &mut state).unwrap()[0]
         .to_f32_vec()

@@ -193,11 +193,15 @@ impl GpuPartition {
         if self.attention.nodes.is_empty() {
             return Ok(());
         }
-        let kv_len = state.kv_len;
-        let cache = state
-            .kv
-            .as_deref_mut()
-            .ok_or_else(|| BackendError::KvCache("attention needs a KV cache".into()))?;
+        let (kv_len, cache) = match state.segments_mut() {
+            [one] if one.rows.start == 0 => (one.kv_len, &mut *one.kv),
+            [] => return Err(BackendError::KvCache("attention needs a KV cache".into())),
+            _ => {
+                return Err(BackendError::KvCache(
+                    "GPU attention runs one sequence per step; a batched step plans attention on the CPU".into(),
+                ))
+            }
+        };
         let layout = cache.layout();
         for node in &self.attention.nodes {
             if kv_len + node.n > layout.capacity {
@@ -267,7 +271,8 @@ impl CompiledPartition for GpuPartition {
         state: &mut StepState<'_>,
     ) -> Result<Vec<Tensor>, BackendError> {
         let sources = self.check_inputs(inputs)?;
-        let kv_len = u32::try_from(state.kv_len)
+        let kv_len = state.segments().first().map_or(0, |s| s.kv_len);
+        let kv_len = u32::try_from(kv_len)
             .map_err(|_| BackendError::KvCache("KV length exceeds 32 bits".into()))?;
         self.prepare_kv(state)?;
         let gpu = &self.gpu;

@@ -124,6 +124,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
             model: 0,
             phase,
             bucket: n as u32,
+            sequences: 1,
             backends: backends.fingerprint(),
         };
         let started = Instant::now();
@@ -132,10 +133,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
         let x = Tensor::from_f32([n, demo::D_MODEL], &vec![0.5; n * demo::D_MODEL])?;
         let positions: Vec<i32> = (kv_len as i32..(kv_len + n) as i32).collect();
         let inputs = [("x", x), ("positions", Tensor::from_i32([n], &positions)?)];
-        let mut state = StepState {
-            kv_len,
-            kv: Some(&mut kv),
-        };
+        let mut state = StepState::single(&mut kv, kv_len);
         let started = Instant::now();
         executor.run(&inputs, &mut state)?;
         println!(

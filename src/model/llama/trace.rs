@@ -25,21 +25,33 @@ pub mod inputs {
     pub const TOKENS: &str = "tokens";
     /// Absolute positions, `[n] i32`.
     pub const POSITIONS: &str = "positions";
-    /// Index of the row whose logits are returned, `[1] i32`.
+    /// Indices of the rows whose logits are returned, `[n_logits] i32`.
     pub const LOGITS_ROW: &str = "logits_row";
 }
 
-/// Traces one step of `n_tokens` tokens; the output is the logits `[1, vocab]` of the
-/// row named by the `logits_row` input (the last real token of the step).
+/// Traces one step of `n_tokens` tokens of one sequence; the output is the logits
+/// `[1, vocab]` of the row named by the `logits_row` input (the last real token).
 pub fn trace_step(
     config: &LlamaConfig,
     weights: &dyn WeightInfo,
     n_tokens: usize,
 ) -> Result<Graph, GraphError> {
+    trace_batch(config, weights, n_tokens, 1)
+}
+
+/// Traces one step of `n_tokens` token rows shared by several sequences (which rows
+/// belong to which sequence is runtime state, not shape); the output is the logits
+/// `[n_logits, vocab]` of the rows named by the `logits_row` input (`[n_logits]`).
+pub fn trace_batch(
+    config: &LlamaConfig,
+    weights: &dyn WeightInfo,
+    n_tokens: usize,
+    n_logits: usize,
+) -> Result<Graph, GraphError> {
     let mut b = GraphBuilder::new();
     let tokens = b.input(inputs::TOKENS, DType::I32, [n_tokens])?;
     let positions = b.input(inputs::POSITIONS, DType::I32, [n_tokens])?;
-    let logits_row = b.input(inputs::LOGITS_ROW, DType::I32, [1])?;
+    let logits_row = b.input(inputs::LOGITS_ROW, DType::I32, [n_logits])?;
     let w = |b: &mut GraphBuilder, role: TensorRole| -> Result<ValueId, GraphError> {
         let (dtype, shape) = weights.info(role).ok_or_else(|| GraphError::Attribute {
             op: crate::graph::OpKind::Weight,

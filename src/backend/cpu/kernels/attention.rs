@@ -27,10 +27,11 @@ pub(crate) struct AttentionParams {
     pub softcap: Option<f32>,
 }
 
-/// Appends this step's `k`, `v` rows (`[N, n_kv_heads·head_dim]`) to layer `p.layer` of
-/// the cache at `state.kv_len`, then writes to `out` (`[N, n_heads·head_dim]`) the
-/// attention of each query token `t` over cache positions `0..=kv_len + t` (the last
-/// `p.window` of them with a sliding window).
+/// For each sequence of the step (each [`crate::backend::Segment`]): appends its rows of
+/// `k`, `v` (`[N, n_kv_heads·head_dim]`) to layer `p.layer` of its cache at its
+/// `kv_len`, then writes to `out` (`[N, n_heads·head_dim]`) the attention of each of its
+/// query tokens `t` over cache positions `0..=kv_len + t` (the last `p.window` of them
+/// with a sliding window). Rows of no sequence (padding) get zeros.
 pub(crate) fn attention(
     q: &[f32],
     k: &[f32],
@@ -55,46 +56,64 @@ pub(crate) fn attention(
     check_len("attention k", k.len(), n * kv_width)?;
     check_len("attention v", v.len(), n * kv_width)?;
     check_len("attention output", out.len(), q.len())?;
-    let kv_len = state.kv_len;
-    let cache = state
-        .kv
-        .as_deref_mut()
-        .ok_or_else(|| BackendError::KvCache("attention needs a KV cache".into()))?;
-    let layout = cache.layout();
-    if layout.n_kv_heads != p.n_kv_heads || layout.head_dim != p.head_dim {
-        return Err(BackendError::KvCache(format!(
-            "cache has {} kv heads of dim {}, layer {} needs {} of dim {}",
-            layout.n_kv_heads, layout.head_dim, p.layer, p.n_kv_heads, p.head_dim
-        )));
+    if state.segments().is_empty() {
+        return Err(BackendError::KvCache("attention needs a KV cache".into()));
     }
-    if kv_len + n > layout.capacity {
-        return Err(BackendError::KvCache(format!(
-            "{kv_len} cached + {n} new positions exceed capacity {}",
-            layout.capacity
-        )));
+    // Append every sequence's new rows, then read all caches at once.
+    let mut spans = Vec::with_capacity(state.segments().len());
+    for seg in state.segments_mut() {
+        let rows = seg.rows_within(n)?;
+        let (kv_len, cache) = (seg.kv_len, &mut *seg.kv);
+        let layout = cache.layout();
+        if layout.n_kv_heads != p.n_kv_heads || layout.head_dim != p.head_dim {
+            return Err(BackendError::KvCache(format!(
+                "cache has {} kv heads of dim {}, layer {} needs {} of dim {}",
+                layout.n_kv_heads, layout.head_dim, p.layer, p.n_kv_heads, p.head_dim
+            )));
+        }
+        if kv_len + rows.len() > layout.capacity {
+            return Err(BackendError::KvCache(format!(
+                "{kv_len} cached + {} new positions exceed capacity {}",
+                rows.len(),
+                layout.capacity
+            )));
+        }
+        let (keys, values) = cache.layer_mut(p.layer, kv_len)?;
+        let new = rows.start * kv_width..rows.end * kv_width;
+        keys.write(kv_len * kv_width, &k[new.clone()])?;
+        values.write(kv_len * kv_width, &v[new])?;
+        spans.push((rows, kv_len));
     }
-    let (keys, values) = cache.layer_mut(p.layer, kv_len)?;
-    keys.write(kv_len * kv_width, k)?;
-    values.write(kv_len * kv_width, v)?;
-    let (keys, values) = (Rows::of(keys), Rows::of(values));
+    let mut caches = Vec::with_capacity(spans.len());
+    for seg in state.segments() {
+        let (keys, values) = seg.kv.layer(p.layer)?;
+        caches.push((Rows::of(keys), Rows::of(values)));
+    }
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
     let wide = wide_vectors_available();
-    // One task per (block of tokens, kv head): every query row of the block's tokens
-    // whose head shares that kv head is scored together, so each key and value row is
-    // loaded (and converted from f16) once for up to `TOKEN_BLOCK · group` rows.
-    let block = n.clamp(1, TOKEN_BLOCK);
-    let n_blocks = n.div_ceil(block);
-    let results: Vec<Vec<f32>> = (0..n_blocks * p.n_kv_heads)
-        .into_par_iter()
+    // One task per (block of a sequence's tokens, kv head): every query row of the
+    // block's tokens whose head shares that kv head is scored together, so each key and
+    // value row is loaded (and converted from f16) once for up to `TOKEN_BLOCK · group`
+    // rows. Blocks never span two sequences.
+    let mut tasks = Vec::new();
+    for (s, (rows, _)) in spans.iter().enumerate() {
+        let block = rows.len().clamp(1, TOKEN_BLOCK);
+        for first in rows.clone().step_by(block) {
+            for kv_head in 0..p.n_kv_heads {
+                tasks.push((s, first, block.min(rows.end - first), kv_head));
+            }
+        }
+    }
+    let results: Vec<Vec<f32>> = tasks
+        .par_iter()
         .map_init(
             || Scratch {
                 scores: Vec::new(),
                 row: vec![0.0; dh],
             },
-            |scratch, task| {
-                let (first, kv_head) = ((task / p.n_kv_heads) * block, task % p.n_kv_heads);
-                let tokens = block.min(n - first);
+            |scratch, &(s, first, tokens, kv_head)| {
+                let ((rows, kv_len), (keys, values)) = (&spans[s], caches[s]);
                 let task = GroupTask {
                     queries: &q[first * q_width..(first + tokens) * q_width],
                     q_width,
@@ -104,7 +123,7 @@ pub(crate) fn attention(
                     values,
                     kv_width,
                     kv_off: kv_head * dh,
-                    first_seen: kv_len + first + 1,
+                    first_seen: kv_len + (first - rows.start) + 1,
                     head_dim: dh,
                     scale: p.scale,
                     window: p.window,
@@ -121,8 +140,8 @@ pub(crate) fn attention(
             },
         )
         .collect();
-    for (task, local) in results.iter().enumerate() {
-        let (first, kv_head) = ((task / p.n_kv_heads) * block, task % p.n_kv_heads);
+    out.fill(0.0);
+    for (&(_, first, _, kv_head), local) in tasks.iter().zip(&results) {
         for (t, rows) in local.chunks_exact(group * dh).enumerate() {
             let at = (first + t) * q_width + kv_head * group * dh;
             out[at..at + group * dh].copy_from_slice(rows);
@@ -451,10 +470,7 @@ mod tests {
             dtype: KvDType::F32,
         });
         let split = total - 3;
-        let mut state = StepState {
-            kv_len: 0,
-            kv: Some(&mut cache),
-        };
+        let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; split * qw];
         attention(
             &q[..split * qw],
@@ -466,7 +482,7 @@ mod tests {
         )
         .unwrap();
         assert_close(&out, &want[..split * qw], 1e-5);
-        state.kv_len = split;
+        state.segments_mut()[0].kv_len = split;
         let mut rest = vec![0.0; 3 * qw];
         attention(
             &q[split * qw..],
@@ -492,10 +508,7 @@ mod tests {
             dtype,
         });
         let mut out = vec![0.0; 3 * qw];
-        let mut state = StepState {
-            kv_len: 0,
-            kv: Some(&mut cache),
-        };
+        let mut state = StepState::single(&mut cache, 0);
         attention(
             &q[..3 * qw],
             &k[..3 * kw],
@@ -506,7 +519,7 @@ mod tests {
         )
         .unwrap();
         assert_close(&out, &want[..3 * qw], tolerance);
-        state.kv_len = 3;
+        state.segments_mut()[0].kv_len = 3;
         let mut last = vec![0.0; qw];
         attention(
             &q[3 * qw..],
@@ -518,7 +531,7 @@ mod tests {
         )
         .unwrap();
         assert_close(&last, &want[3 * qw..], tolerance);
-        state.kv_len = 6;
+        state.segments_mut()[0].kv_len = 6;
         let full = attention(
             &q[3 * qw..],
             &k[3 * kw..],
@@ -558,10 +571,7 @@ mod tests {
             dtype: KvDType::F32,
         });
         let split = total - 4;
-        let mut state = StepState {
-            kv_len: 0,
-            kv: Some(&mut cache),
-        };
+        let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; total * qw];
         let (head, tail) = out.split_at_mut(split * qw);
         attention(
@@ -574,7 +584,7 @@ mod tests {
         )
         .unwrap();
         for (i, t) in (split..total).enumerate() {
-            state.kv_len = t;
+            state.segments_mut()[0].kv_len = t;
             let rows = t * qw..(t + 1) * qw;
             let kv = t * kw..(t + 1) * kw;
             let dst = &mut tail[i * qw..(i + 1) * qw];
@@ -588,6 +598,116 @@ mod tests {
             .zip(&full[past])
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(diff > 1e-3, "{diff}");
+    }
+
+    /// Three sequences of different lengths in one step (a prefill, two decodes, and a
+    /// padding row between them) get exactly what each gets in a step of its own, and
+    /// the padding row gets zeros.
+    #[test]
+    fn a_batched_step_equals_each_sequence_alone() {
+        let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+        let layout = KvLayout {
+            n_layers: 2,
+            capacity: 40,
+            n_kv_heads: 2,
+            head_dim: 5,
+            dtype: KvDType::F16,
+        };
+        // Each sequence's history (`before` positions) and its new rows this step.
+        let shapes = [(7usize, 1usize), (0, TOKEN_BLOCK + 3), (20, 1)];
+        let mut alone_caches = Vec::new();
+        let mut batch_caches = Vec::new();
+        let mut want = Vec::new();
+        let mut new_rows = Vec::new();
+        for (i, &(before, n)) in shapes.iter().enumerate() {
+            let seed = 70 + 10 * i as u64;
+            let total = before + n;
+            let (q, k, v) = (
+                lcg(seed, total * qw),
+                lcg(seed + 1, total * kw),
+                lcg(seed + 2, total * kw),
+            );
+            let (mut a, mut b) = (KvCache::new(layout), KvCache::new(layout));
+            for cache in [&mut a, &mut b] {
+                if before > 0 {
+                    let mut out = vec![0.0; before * qw];
+                    let (qh, kh, vh) = (&q[..before * qw], &k[..before * kw], &v[..before * kw]);
+                    attention(qh, kh, vh, P, &mut StepState::single(cache, 0), &mut out).unwrap();
+                }
+            }
+            let mut out = vec![0.0; n * qw];
+            let (qn, kn, vn) = (&q[before * qw..], &k[before * kw..], &v[before * kw..]);
+            attention(
+                qn,
+                kn,
+                vn,
+                P,
+                &mut StepState::single(&mut a, before),
+                &mut out,
+            )
+            .unwrap();
+            want.push(out);
+            new_rows.push((qn.to_vec(), kn.to_vec(), vn.to_vec()));
+            alone_caches.push(a);
+            batch_caches.push(b);
+        }
+        // Rows: sequence 0, one padding row, sequence 1, sequence 2.
+        let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+        let mut segments = Vec::new();
+        let mut row = 0;
+        for (i, (cache, (qn, kn, vn))) in batch_caches.iter_mut().zip(&new_rows).enumerate() {
+            let n = shapes[i].1;
+            segments.push(crate::backend::Segment {
+                rows: row..row + n,
+                kv_len: shapes[i].0,
+                kv: cache,
+            });
+            q.extend_from_slice(qn);
+            k.extend_from_slice(kn);
+            v.extend_from_slice(vn);
+            row += n;
+            if i == 0 {
+                q.extend(vec![1.0; qw]);
+                k.extend(vec![1.0; kw]);
+                v.extend(vec![1.0; kw]);
+                row += 1;
+            }
+        }
+        let mut out = vec![f32::NAN; row * qw];
+        let mut state = StepState::batch(segments).unwrap();
+        attention(&q, &k, &v, P, &mut state, &mut out).unwrap();
+        let (first, rest) = out.split_at(qw);
+        let (pad, rest) = rest.split_at(qw);
+        assert_eq!(first, &want[0][..]);
+        assert!(pad.iter().all(|&x| x == 0.0));
+        let (second, third) = rest.split_at(shapes[1].1 * qw);
+        assert_eq!(second, &want[1][..]);
+        assert_eq!(third, &want[2][..]);
+    }
+
+    #[test]
+    fn overlapping_segments_are_refused() {
+        let layout = KvLayout {
+            n_layers: 1,
+            capacity: 4,
+            n_kv_heads: 2,
+            head_dim: 5,
+            dtype: KvDType::F32,
+        };
+        let (mut a, mut b) = (KvCache::new(layout), KvCache::new(layout));
+        let segments = vec![
+            crate::backend::Segment {
+                rows: 0..2,
+                kv_len: 0,
+                kv: &mut a,
+            },
+            crate::backend::Segment {
+                rows: 1..3,
+                kv_len: 0,
+                kv: &mut b,
+            },
+        ];
+        assert!(StepState::batch(segments).is_err());
     }
 
     #[test]
@@ -605,10 +725,7 @@ mod tests {
             head_dim: 5,
             dtype: KvDType::F32,
         });
-        let mut state = StepState {
-            kv_len: 0,
-            kv: Some(&mut one_layer),
-        };
+        let mut state = StepState::single(&mut one_layer, 0);
         let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
         assert!(matches!(err, Err(BackendError::KvCache(_))));
     }

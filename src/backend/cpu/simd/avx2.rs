@@ -160,7 +160,8 @@ fn rows<B, const SIGNED: bool>(
             let (lanes, signs, d, m) = unpack(wb);
             let p = block_dot::<SIGNED>(lanes, signs, &xb.qs);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc);
-            off += m * xb.s;
+            // Fused, as [`rows_x4`] does: a row's result never depends on its batch.
+            off = m.mul_add(xb.s, off);
         }
         *o = hsum(acc) + off;
     }

@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    half, half2, hsum, iq4_table, load32, unpack_iq4_nl, unpack_q4_0, unpack_q4_1, unpack_q5_0,
+    half, half2, iq4_table, load32, unpack_iq4_nl, unpack_q4_0, unpack_q4_1, unpack_q5_0,
     unpack_q5_1, unpack_q8_0, Unpacked,
 };
 use super::{
@@ -47,9 +47,11 @@ fn rows<B, const SIGNED: bool>(
             let (lanes, signs, d, m) = unpack(wb);
             let p = block_dot::<SIGNED>(lanes, signs, &xb.qs);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), p, acc);
-            off += m * xb.s;
+            // Fused and summed in [`sums4`]'s order, as [`rows_x4`] does: a row's
+            // result never depends on which rows share its batch.
+            off = m.mul_add(xb.s, off);
         }
-        *o = hsum(acc) + off;
+        *o = hsum_pairs(acc) + off;
     }
 }
 
@@ -116,6 +118,18 @@ fn rows_x4<B, const SIGNED: bool>(
         // SAFETY: `o` is 4 writable f32; `storeu` has no alignment requirement.
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), sums) };
     }
+}
+
+/// Sum of the 8 lanes of `v` in [`sums4`]'s order: `((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7))`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn hsum_pairs(v: __m256) -> f32 {
+    let h = _mm256_hadd_ps(v, v);
+    let h = _mm256_hadd_ps(h, h);
+    _mm_cvtss_f32(_mm_add_ss(
+        _mm256_castps256_ps128(h),
+        _mm256_extractf128_ps::<1>(h),
+    ))
 }
 
 /// The sums of the four 256-bit halves of `a` and `b`: `[Σa_lo, Σa_hi, Σb_lo, Σb_hi]`.

@@ -1,0 +1,206 @@
+//! Batched steps on the default model: sixteen different prompts run together, joining
+//! the batch one step after another (so prefill chunks ride with other sequences'
+//! decodes), get bit-for-bit the logits, and so the greedy tokens, they get alone.
+
+use std::sync::Arc;
+
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::model::{fetch, Model, Runner, Sequence, Work, PREFILL_CHUNK};
+
+const STEPS: usize = 20;
+
+fn runner(model: &Model) -> Runner {
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(None).unwrap())];
+    Runner::new(
+        model.config.clone(),
+        model.weights.clone(),
+        model.fingerprint,
+        BackendSet::new(backends).unwrap(),
+        1024,
+    )
+}
+
+/// Sixteen prompts of different lengths; one is longer than a prefill chunk.
+fn prompts(model: &Model) -> Vec<Vec<u32>> {
+    let topics = [
+        "the tides",
+        "a violin",
+        "photosynthesis",
+        "the Roman roads",
+        "bread",
+        "volcanoes",
+        "a lighthouse keeper",
+        "prime numbers",
+        "owls",
+        "the printing press",
+        "glaciers",
+        "chess openings",
+        "honey bees",
+        "the Moon",
+        "rivers",
+        "compilers",
+    ];
+    topics
+        .iter()
+        .enumerate()
+        .map(|(i, topic)| {
+            let mut text = format!("Write one sentence about {topic}.");
+            if i == 3 {
+                text = text.repeat(12);
+            }
+            model.tokenizer.encode_chat(&text).unwrap()
+        })
+        .collect()
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Every logits vector of a greedy run of `prompt` alone: the prompt's, then each step's.
+fn alone(runner: &mut Runner, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let mut seq = runner.new_sequence();
+    let mut all = vec![runner.forward(&mut seq, prompt).unwrap()];
+    for _ in 0..STEPS {
+        let token = argmax(all.last().unwrap());
+        all.push(runner.forward(&mut seq, &[token]).unwrap());
+    }
+    all
+}
+
+/// One sequence of the batched run: what it still has to prefill and what it produced.
+struct Stream {
+    seq: Sequence,
+    prompt: Vec<u32>,
+    prefilled: usize,
+    logits: Vec<Vec<f32>>,
+}
+
+#[test]
+fn sixteen_sequences_together_get_the_logits_they_get_alone() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let prompts = prompts(&model);
+    assert!(prompts.iter().any(|p| p.len() > PREFILL_CHUNK));
+    let mut solo = runner(&model);
+    let want: Vec<_> = prompts.iter().map(|p| alone(&mut solo, p)).collect();
+
+    let mut batched = runner(&model);
+    let mut streams: Vec<Stream> = Vec::new();
+    let mut sizes = Vec::new();
+    for step in 0.. {
+        // One new sequence joins at every step.
+        if let Some(prompt) = prompts.get(step) {
+            streams.push(Stream {
+                seq: batched.new_sequence(),
+                prompt: prompt.clone(),
+                prefilled: 0,
+                logits: Vec::new(),
+            });
+        }
+        let active: Vec<usize> = (0..streams.len())
+            .filter(|&i| streams[i].logits.len() <= STEPS)
+            .collect();
+        if active.is_empty() {
+            break;
+        }
+        let next: Vec<Vec<u32>> = active
+            .iter()
+            .map(|&i| {
+                let s = &streams[i];
+                match s.logits.last() {
+                    None => {
+                        let end = (s.prefilled + PREFILL_CHUNK).min(s.prompt.len());
+                        s.prompt[s.prefilled..end].to_vec()
+                    }
+                    Some(l) => vec![argmax(l)],
+                }
+            })
+            .collect();
+        let mut picked: Vec<&mut Stream> = streams
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| active.contains(i))
+            .map(|(_, s)| s)
+            .collect();
+        let mut work: Vec<Work<'_>> = picked
+            .iter_mut()
+            .zip(&next)
+            .map(|(s, tokens)| Work {
+                seq: &mut s.seq,
+                tokens,
+            })
+            .collect();
+        sizes.push(work.len());
+        let out = batched.forward_batch(&mut work).unwrap();
+        drop(work);
+        for ((s, logits), tokens) in picked.iter_mut().zip(out).zip(&next) {
+            if s.logits.is_empty() && s.prefilled + tokens.len() < s.prompt.len() {
+                s.prefilled += tokens.len();
+            } else {
+                s.prefilled = s.prompt.len();
+                s.logits.push(logits);
+            }
+        }
+    }
+    assert_eq!(sizes.iter().max(), Some(&16), "batch sizes {sizes:?}");
+    for (i, (s, want)) in streams.iter().zip(&want).enumerate() {
+        assert_eq!(s.logits.len(), want.len());
+        for (step, (got, want)) in s.logits.iter().zip(want).enumerate() {
+            let same = got
+                .iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "prompt {i}, step {step}: batched logits differ from alone"
+            );
+        }
+    }
+    let (prefill, decode) = batched.phase_stats();
+    assert!(decode.hits > 0 && prefill.compiles > 0);
+}
+
+#[test]
+fn a_batch_refuses_too_many_tokens_and_full_contexts() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut runner = runner(&model);
+    let (mut a, mut b) = (runner.new_sequence(), runner.new_sequence());
+    let long = vec![1u32; 200];
+    let mut work = [
+        Work {
+            seq: &mut a,
+            tokens: &long,
+        },
+        Work {
+            seq: &mut b,
+            tokens: &long,
+        },
+    ];
+    let err = runner.forward_batch(&mut work).unwrap_err().to_string();
+    assert!(err.contains("at most 256 tokens"), "{err}");
+    let over = vec![1u32; 1025];
+    let mut work = [
+        Work {
+            seq: &mut a,
+            tokens: &[1],
+        },
+        Work {
+            seq: &mut b,
+            tokens: &over[..1025],
+        },
+    ];
+    assert!(runner.forward_batch(&mut work).is_err());
+    assert_eq!(
+        (a.len(), b.len()),
+        (0, 0),
+        "a refused batch changes no sequence"
+    );
+}
