@@ -14,4 +14,5 @@ pub mod exec;
 pub mod graph;
 pub mod model;
 pub mod plan;
+pub mod sched;
 pub mod server;

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::stats::Summary;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{ModelError, Runner};
+use crate::model::{ModelError, Runner, Work};
 
 /// Prompt length before the decode steps of a `tg` test.
 pub const TG_PROMPT_TOKENS: usize = 128;
@@ -28,6 +28,14 @@ pub enum BenchTest {
     Prompt(usize),
     /// Text generation: this many decode steps after a [`TG_PROMPT_TOKENS`] prompt.
     Generate(usize),
+    /// Batched text generation: `steps` decode steps of `sequences` sequences stepped
+    /// together, each after its own [`TG_PROMPT_TOKENS`] prompt (prefilled untimed).
+    Batch {
+        /// Decode steps.
+        steps: usize,
+        /// Sequences per step.
+        sequences: usize,
+    },
 }
 
 impl BenchTest {
@@ -36,6 +44,7 @@ impl BenchTest {
         match self {
             BenchTest::Prompt(n) => format!("pp{n}"),
             BenchTest::Generate(n) => format!("tg{n}"),
+            BenchTest::Batch { steps, sequences } => format!("tg{steps}x{sequences}"),
         }
     }
 
@@ -43,6 +52,7 @@ impl BenchTest {
     pub fn tokens(&self) -> usize {
         match self {
             BenchTest::Prompt(n) | BenchTest::Generate(n) => *n,
+            BenchTest::Batch { steps, sequences } => steps * sequences,
         }
     }
 
@@ -50,15 +60,15 @@ impl BenchTest {
     pub fn prompt_needed(&self) -> usize {
         match self {
             BenchTest::Prompt(n) => *n,
-            BenchTest::Generate(_) => TG_PROMPT_TOKENS,
+            BenchTest::Generate(_) | BenchTest::Batch { .. } => TG_PROMPT_TOKENS,
         }
     }
 
-    /// Context positions it needs.
+    /// Context positions it needs (per sequence).
     pub fn context_needed(&self) -> usize {
         match self {
             BenchTest::Prompt(n) => *n,
-            BenchTest::Generate(n) => TG_PROMPT_TOKENS + n,
+            BenchTest::Generate(n) | BenchTest::Batch { steps: n, .. } => TG_PROMPT_TOKENS + n,
         }
     }
 }
@@ -128,6 +138,7 @@ pub fn run_test(
         let seconds = match test {
             BenchTest::Prompt(_) => time_prompt(runner, prompt)?,
             BenchTest::Generate(n) => time_generation(runner, prompt, n)?,
+            BenchTest::Batch { steps, sequences } => time_batch(runner, prompt, steps, sequences)?,
         };
         if rep > 0 {
             tok_s.push(test.tokens() as f64 / seconds.max(f64::MIN_POSITIVE));
@@ -163,6 +174,36 @@ fn time_generation(runner: &mut Runner, prompt: &[u32], steps: usize) -> Result<
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Seconds for `steps` greedy decode steps of `sequences` sequences stepped together,
+/// after prefilling `prompt` into each (not timed).
+fn time_batch(
+    runner: &mut Runner,
+    prompt: &[u32],
+    steps: usize,
+    sequences: usize,
+) -> Result<f64, ModelError> {
+    let mut seqs = Vec::with_capacity(sequences);
+    let mut next = Vec::with_capacity(sequences);
+    for _ in 0..sequences {
+        let mut seq = runner.new_sequence();
+        next.push([argmax(&runner.forward(&mut seq, prompt)?)?]);
+        seqs.push(seq);
+    }
+    let start = Instant::now();
+    for _ in 0..steps {
+        let mut work: Vec<Work<'_>> = seqs
+            .iter_mut()
+            .zip(&next)
+            .map(|(seq, tokens)| Work { seq, tokens })
+            .collect();
+        let logits = runner.forward_batch(&mut work)?;
+        for (n, l) in next.iter_mut().zip(&logits) {
+            n[0] = argmax(l)?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Index of the largest logit (greedy decoding without a sampler), or an error for no logits.
 pub fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
     logits
@@ -189,6 +230,12 @@ mod tests {
             (tg.name(), tg.tokens(), tg.prompt_needed()),
             ("tg128".into(), 128, 128)
         );
+        let batch = BenchTest::Batch {
+            steps: 32,
+            sequences: 16,
+        };
+        assert_eq!((batch.name(), batch.tokens()), ("tg32x16".into(), 512));
+        assert_eq!(batch.context_needed(), 160);
         assert_eq!(pp.context_needed(), 512);
         assert_eq!(tg.context_needed(), 256);
     }

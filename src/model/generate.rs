@@ -88,76 +88,143 @@ pub fn generate(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation, ModelError> {
     let mut seq = runner.new_sequence();
-    if prompt.is_empty() {
-        return Err(ModelError::Input("the prompt is empty".into()));
-    }
-    let needed = prompt.len().saturating_add(options.max_tokens);
-    if needed > seq.context() {
-        return Err(ModelError::ContextFull {
-            needed,
-            context: seq.context(),
-        });
-    }
-    let started = Instant::now();
+    let mut decoding = Decoding::new(tokenizer, prompt, options.clone(), seq.context())?;
     let mut logits = runner.forward(&mut seq, prompt)?;
-    let prefill_time = started.elapsed();
-    let mut history = prompt.to_vec();
-    let mut tokens = Vec::new();
-    let mut top_logits = Vec::new();
-    let mut text = TextStream::new(tokenizer, &options.stop_strings);
-    let mut finish_reason = FinishReason::Length;
-    let mut ttft = None;
-    let mut decode_started = None;
-    for step in 0..options.max_tokens {
-        if options.top_logits > 0 {
-            top_logits.push(best_logits(&logits, options.top_logits));
+    while let Some(token) = decoding.accept(&logits, sampler, on_text)? {
+        logits = runner.forward(&mut seq, &[token])?;
+    }
+    decoding.finish(on_text)
+}
+
+/// One generation's decoding state, independent of how its steps are run (alone by
+/// [`generate`], or inside a batch by a scheduler): it turns each step's logits into
+/// the next token, streams text, and knows when to stop.
+pub struct Decoding<'t> {
+    options: GenerateOptions,
+    prompt_len: usize,
+    history: Vec<u32>,
+    tokens: Vec<u32>,
+    top_logits: Vec<Vec<TopLogit>>,
+    text: TextStream<'t>,
+    finish_reason: Option<FinishReason>,
+    started: Instant,
+    prefill_time: Option<std::time::Duration>,
+    ttft: Option<std::time::Duration>,
+    decode_started: Option<Instant>,
+}
+
+impl<'t> Decoding<'t> {
+    /// Starts decoding after `prompt`, for a sequence of `context` positions: refuses an
+    /// empty prompt, and one that with `max_tokens` more would not fit.
+    pub fn new(
+        tokenizer: &'t Tokenizer,
+        prompt: &[u32],
+        options: GenerateOptions,
+        context: usize,
+    ) -> Result<Decoding<'t>, ModelError> {
+        if prompt.is_empty() {
+            return Err(ModelError::Input("the prompt is empty".into()));
         }
-        let forced = options.force_tokens.get(step).copied();
+        let needed = prompt.len().saturating_add(options.max_tokens);
+        if needed > context {
+            return Err(ModelError::ContextFull { needed, context });
+        }
+        Ok(Decoding {
+            text: TextStream::new(tokenizer, options.stop_strings.clone()),
+            options,
+            prompt_len: prompt.len(),
+            history: prompt.to_vec(),
+            tokens: Vec::new(),
+            top_logits: Vec::new(),
+            finish_reason: None,
+            started: Instant::now(),
+            prefill_time: None,
+            ttft: None,
+            decode_started: None,
+        })
+    }
+
+    /// Takes the logits after the last token fed to the sequence (the prompt's last at
+    /// first): picks a token with `sampler`, streams its text, and returns it when it must be fed for
+    /// another step, or `None` when the generation has ended.
+    pub fn accept(
+        &mut self,
+        logits: &[f32],
+        sampler: &mut Sampler,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Option<u32>, ModelError> {
+        self.prefill_time
+            .get_or_insert_with(|| self.started.elapsed());
+        let step = self.tokens.len();
+        if self.finish_reason.is_some() || step >= self.options.max_tokens {
+            self.finish_reason.get_or_insert(FinishReason::Length);
+            return Ok(None);
+        }
+        if self.options.top_logits > 0 {
+            self.top_logits
+                .push(best_logits(logits, self.options.top_logits));
+        }
+        let forced = self.options.force_tokens.get(step).copied();
         let token = match forced {
             Some(t) => t,
-            None => sampler.sample(&logits, &history)?,
+            None => sampler.sample(logits, &self.history)?,
         };
-        ttft.get_or_insert_with(|| started.elapsed());
-        tokens.push(token);
-        history.push(token);
-        if forced.is_none() && options.stop_ids.contains(&token) {
-            finish_reason = FinishReason::Stop;
-            break;
+        self.ttft.get_or_insert_with(|| self.started.elapsed());
+        self.tokens.push(token);
+        self.history.push(token);
+        if forced.is_none() && self.options.stop_ids.contains(&token) {
+            self.finish_reason = Some(FinishReason::Stop);
+            return Ok(None);
         }
-        match text.push(token, on_text)? {
+        match self.text.push(token, on_text)? {
             Flow::Continue => {}
-            Flow::Stop => {
-                finish_reason = FinishReason::Stop;
-                break;
-            }
-            Flow::Cancel => {
-                finish_reason = FinishReason::Cancelled;
-                break;
-            }
+            Flow::Stop => self.finish_reason = Some(FinishReason::Stop),
+            Flow::Cancel => self.finish_reason = Some(FinishReason::Cancelled),
         }
-        if step + 1 < options.max_tokens {
-            decode_started.get_or_insert_with(Instant::now);
-            logits = runner.forward(&mut seq, &[token])?;
+        if self.finish_reason.is_some() {
+            return Ok(None);
         }
+        if step + 1 >= self.options.max_tokens {
+            self.finish_reason = Some(FinishReason::Length);
+            return Ok(None);
+        }
+        self.decode_started.get_or_insert_with(Instant::now);
+        Ok(Some(token))
     }
-    if finish_reason != FinishReason::Cancelled {
-        text.finish(on_text)?;
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.tokens.len()
     }
-    let decode_steps = tokens.len().saturating_sub(1).max(1) as f64;
-    let timings = Timings {
-        ttft_ms: ttft.unwrap_or(prefill_time).as_secs_f64() * 1e3,
-        prefill_tok_s: prompt.len() as f64 / prefill_time.as_secs_f64().max(1e-9),
-        decode_tok_s: decode_started
-            .map_or(0.0, |t| decode_steps / t.elapsed().as_secs_f64().max(1e-9)),
-    };
-    Ok(Generation {
-        prompt_tokens: prompt.to_vec(),
-        tokens,
-        text: text.into_text(),
-        top_logits,
-        finish_reason,
-        timings,
-    })
+
+    /// Ends the generation (as `Cancelled` if it had not ended), flushes held-back text
+    /// unless cancelled, and returns the result.
+    pub fn finish(
+        mut self,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation, ModelError> {
+        let finish_reason = *self.finish_reason.get_or_insert(FinishReason::Cancelled);
+        if finish_reason != FinishReason::Cancelled {
+            self.text.finish(on_text)?;
+        }
+        let prefill_time = self.prefill_time.unwrap_or_else(|| self.started.elapsed());
+        let decode_steps = self.tokens.len().saturating_sub(1).max(1) as f64;
+        let timings = Timings {
+            ttft_ms: self.ttft.unwrap_or(prefill_time).as_secs_f64() * 1e3,
+            prefill_tok_s: self.prompt_len as f64 / prefill_time.as_secs_f64().max(1e-9),
+            decode_tok_s: self
+                .decode_started
+                .map_or(0.0, |t| decode_steps / t.elapsed().as_secs_f64().max(1e-9)),
+        };
+        Ok(Generation {
+            prompt_tokens: self.history[..self.prompt_len].to_vec(),
+            tokens: self.tokens,
+            text: self.text.into_text(),
+            top_logits: self.top_logits,
+            finish_reason,
+            timings,
+        })
+    }
 }
 
 fn best_logits(logits: &[f32], k: usize) -> Vec<TopLogit> {
@@ -190,13 +257,13 @@ enum Flow {
 /// Turns tokens into text, holding back any tail that could start a stop string.
 struct TextStream<'a> {
     decoder: super::tokenizer::StreamDecoder<'a>,
-    stop_strings: &'a [String],
+    stop_strings: Vec<String>,
     emitted: String,
     pending: String,
 }
 
 impl<'a> TextStream<'a> {
-    fn new(tokenizer: &'a Tokenizer, stop_strings: &'a [String]) -> TextStream<'a> {
+    fn new(tokenizer: &'a Tokenizer, stop_strings: Vec<String>) -> TextStream<'a> {
         TextStream {
             decoder: tokenizer.stream_decoder(true),
             stop_strings,

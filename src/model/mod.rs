@@ -22,7 +22,9 @@ pub mod tokenizer;
 
 pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use error::ModelError;
-pub use generate::{generate, FinishReason, GenerateOptions, Generation, Timings, TopLogit};
+pub use generate::{
+    generate, Decoding, FinishReason, GenerateOptions, Generation, Timings, TopLogit,
+};
 pub use loader::Model;
 pub use runner::{
     ModelWeights, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,

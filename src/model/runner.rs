@@ -124,7 +124,7 @@ impl Runner {
             policy,
             store,
             cache: GraphCache::new(CacheBudget {
-                max_entries: 96,
+                max_entries: 128,
                 max_bytes: 4 << 30,
             }),
             context,
@@ -307,7 +307,7 @@ impl Runner {
         } else {
             Phase::Prefill
         };
-        let (bucket, sequences) = (total.next_power_of_two(), work.len().next_power_of_two());
+        let (bucket, sequences) = (step_bucket(total), work.len().next_power_of_two());
         let executor = self.executor(phase, bucket, sequences, Arm::Only(self.policy.fallback))?;
         let mut ids = Vec::with_capacity(bucket);
         let mut positions = Vec::with_capacity(bucket);
@@ -426,6 +426,20 @@ impl Runner {
     }
 }
 
+/// Token rows of a batched step of `tokens` tokens: a power of two up to
+/// [`STEP_BUCKET_GRAIN`], then whole multiples of it, so that a prompt chunk riding with
+/// a few decodes (64 + 15) pads to 80 rows rather than 128.
+fn step_bucket(tokens: usize) -> usize {
+    if tokens <= STEP_BUCKET_GRAIN {
+        tokens.next_power_of_two()
+    } else {
+        tokens.next_multiple_of(STEP_BUCKET_GRAIN)
+    }
+}
+
+/// Granularity of batched step buckets past the small powers of two.
+const STEP_BUCKET_GRAIN: usize = 16;
+
 /// Compute nodes per backend name in `plan`.
 fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
     let mut placed = Placed::new();
@@ -439,4 +453,18 @@ fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
         }
     }
     placed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_bucket;
+
+    #[test]
+    fn batched_steps_pad_to_powers_of_two_then_multiples_of_sixteen() {
+        let got: Vec<usize> = [1, 3, 5, 16, 17, 79, 80, 256]
+            .iter()
+            .map(|&n| step_bucket(n))
+            .collect();
+        assert_eq!(got, [1, 4, 8, 16, 32, 80, 80, 256]);
+    }
 }

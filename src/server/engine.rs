@@ -1,14 +1,15 @@
-//! The engine: one OS thread that owns the [`Runner`] and serves [`Job`]s from a bounded
-//! queue in arrival order, streaming each job's text back as [`Event`]s.
+//! The engine: one OS thread that owns the [`Runner`] and a [`Scheduler`], takes
+//! [`Job`]s from a bounded queue in arrival order, and steps up to `parallel` of them
+//! together (continuous batching: jobs join and leave at step boundaries), streaming
+//! each job's text back as [`Event`]s.
 //!
 //! The boundary is the job: a tokenized prompt, its options, a channel for events and a
-//! cancellation flag. Today the loop runs one job at a time; a batching engine would
-//! take several jobs off the same queue and step them together, with the same `Job` and
-//! `Event` types, so the HTTP side would not change.
+//! cancellation flag; the HTTP side knows nothing of batching.
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,10 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{GateSnapshot, Metrics};
-use crate::model::sampler::{Sampler, SamplerConfig};
-use crate::model::{
-    generate, FinishReason, GenerateOptions, Generation, Model, ModelError, Runner,
-};
+use crate::model::sampler::SamplerConfig;
+use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, Runner};
+use crate::sched::{self, Failure, Limits, Request, Scheduler};
 
 /// How often an idle engine looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -67,6 +67,8 @@ pub(crate) enum EngineError {
     Model(Box<ModelError>),
     /// The generation panicked; the engine carried on with the next job.
     Panicked(String),
+    /// The batched step the job was part of failed (every job in it gets this).
+    StepFailed(String),
     /// The server stopped before or while running the job.
     ShuttingDown,
 }
@@ -112,34 +114,26 @@ impl EngineHandle {
     }
 }
 
-/// Starts the engine thread. At most `max_queue` jobs wait while one runs.
+/// Starts the engine thread. At most `max_queue` jobs wait while `limits` of them run.
 pub(crate) fn start(
     model: Arc<Model>,
     runner: Runner,
+    limits: Limits,
     max_queue: usize,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<(EngineHandle, JoinHandle<()>)> {
     let (queue, jobs) = mpsc::sync_channel(max_queue);
     let shutdown = Arc::new(AtomicBool::new(false));
-    let mut engine = Engine {
-        model,
+    let engine = Engine {
         runner,
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
+        jobs: HashMap::new(),
+        next_id: 0,
     };
     let thread = std::thread::Builder::new()
         .name("switchyard-engine".into())
-        .spawn(move || loop {
-            match jobs.recv_timeout(IDLE_POLL) {
-                Ok(job) => {
-                    engine.metrics.queue_add(-1);
-                    engine.run(job);
-                }
-                Err(RecvTimeoutError::Timeout) if engine.stopping() => break,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        })?;
+        .spawn(move || engine.serve(&model, limits, &jobs))?;
     let handle = EngineHandle {
         queue,
         shutdown,
@@ -148,12 +142,21 @@ pub(crate) fn start(
     Ok((handle, thread))
 }
 
+/// A running job's owner side, kept while the scheduler steps it.
+struct Running {
+    events: UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+    /// Submission to admission: the wait in the queue.
+    waited: Duration,
+}
+
 /// The engine thread's state.
 struct Engine {
-    model: Arc<Model>,
     runner: Runner,
     shutdown: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    jobs: HashMap<u64, Running>,
+    next_id: u64,
 }
 
 impl Engine {
@@ -161,9 +164,40 @@ impl Engine {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-    /// Runs one job to its end and sends its last event. A job whose client has gone
-    /// is skipped; one that arrives while stopping fails with `ShuttingDown`.
-    fn run(&mut self, job: Job) {
+    /// The engine loop: admit waiting jobs while there is room, step every running one,
+    /// until the queue closes or the server stops.
+    fn serve(mut self, model: &Model, limits: Limits, queue: &Receiver<Job>) {
+        let mut scheduler = Scheduler::new(&model.tokenizer, limits);
+        loop {
+            if scheduler.running() == 0 {
+                match queue.recv_timeout(IDLE_POLL) {
+                    Ok(job) => self.admit(&mut scheduler, job),
+                    Err(RecvTimeoutError::Timeout) if self.stopping() => break,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            }
+            while scheduler.has_room() {
+                match queue.try_recv() {
+                    Ok(job) => self.admit(&mut scheduler, job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            if self.stopping() {
+                self.stop_all(&mut scheduler, queue);
+                break;
+            }
+            self.drop_cancelled(&mut scheduler);
+            self.step(&mut scheduler);
+        }
+        self.stop_all(&mut scheduler, queue);
+    }
+
+    /// Hands a job to the scheduler, or ends it at once when its client is gone, the
+    /// server is stopping, or the request cannot run.
+    fn admit(&mut self, scheduler: &mut Scheduler<'_>, job: Job) {
+        self.metrics.queue_add(-1);
         if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
             return;
         }
@@ -171,35 +205,98 @@ impl Engine {
             let _ = job.events.send(Event::Done(Err(EngineError::ShuttingDown)));
             return;
         }
-        self.metrics.running_add(1);
-        let started = Instant::now();
-        let result = self.generate(&job);
-        self.metrics.running_add(-1);
-        let result = result.map(|generation| {
-            let timings = generation.timings;
-            let waited = started.duration_since(job.submitted).as_secs_f64();
-            let per_token = (generation.tokens.len() > 1 && timings.decode_tok_s > 0.0)
-                .then(|| 1.0 / timings.decode_tok_s);
-            self.metrics.generation(
-                generation.prompt_tokens.len(),
-                generation.tokens.len(),
-                generation.finish_reason,
-                waited + timings.ttft_ms / 1e3,
-                per_token,
-            );
-            Outcome {
-                prompt_tokens: generation.prompt_tokens.len(),
-                completion_tokens: generation.tokens.len(),
-                finish_reason: generation.finish_reason,
-                text: generation.text,
-            }
-        });
-        let result = match result {
-            Ok(outcome) if outcome.finish_reason == FinishReason::Cancelled && self.stopping() => {
-                Err(EngineError::ShuttingDown)
-            }
-            other => other,
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = Request {
+            prompt: job.prompt,
+            options: job.options,
+            sampler: job.sampler,
         };
+        match scheduler.admit(&self.runner, id, request) {
+            Ok(()) => {
+                self.metrics.running_add(1);
+                self.jobs.insert(
+                    id,
+                    Running {
+                        events: job.events,
+                        cancel: job.cancel,
+                        waited: job.submitted.elapsed(),
+                    },
+                );
+            }
+            Err(e) => {
+                let _ = job
+                    .events
+                    .send(Event::Done(Err(EngineError::Model(Box::new(e)))));
+            }
+        }
+    }
+
+    /// Ends the running jobs whose clients have gone.
+    fn drop_cancelled(&mut self, scheduler: &mut Scheduler<'_>) {
+        let gone: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.cancel.load(Ordering::Relaxed) || j.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            scheduler.cancel(id, &mut |id, event| self.on_event(id, event));
+        }
+    }
+
+    /// Runs one step; a panic inside it fails every running job and leaves the engine
+    /// serving the next ones.
+    fn step(&mut self, scheduler: &mut Scheduler<'_>) {
+        let runner = &mut self.runner;
+        let (jobs, metrics, shutdown) = (&mut self.jobs, &self.metrics, &self.shutdown);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            scheduler.step(runner, &mut |id, event| {
+                deliver(jobs, metrics, shutdown, id, event)
+            })
+        }));
+        match outcome {
+            Ok(report) => self.metrics.step(report.sequences, report.tokens),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                log::error!("a generation step panicked: {what}");
+                for id in scheduler.abort_all() {
+                    self.finish(id, Err(EngineError::Panicked(what.clone())));
+                }
+            }
+        }
+        self.report_runner();
+    }
+
+    fn on_event(&mut self, id: u64, event: sched::Event<'_>) -> bool {
+        deliver(&mut self.jobs, &self.metrics, &self.shutdown, id, event)
+    }
+
+    /// Sends a job's last event and forgets it.
+    fn finish(&mut self, id: u64, result: Result<Outcome, EngineError>) {
+        if let Some(job) = self.jobs.remove(&id) {
+            self.metrics.running_add(-1);
+            let _ = job.events.send(Event::Done(result));
+        }
+    }
+
+    /// Fails every running and waiting job as `ShuttingDown`.
+    fn stop_all(&mut self, scheduler: &mut Scheduler<'_>, queue: &Receiver<Job>) {
+        for id in scheduler.abort_all() {
+            self.finish(id, Err(EngineError::ShuttingDown));
+        }
+        while let Ok(job) = queue.try_recv() {
+            self.metrics.queue_add(-1);
+            let _ = job.events.send(Event::Done(Err(EngineError::ShuttingDown)));
+        }
+    }
+
+    /// Publishes the runner's cache counters and co-execution gates.
+    fn report_runner(&self) {
         self.metrics
             .cache(self.runner.cache_stats(), self.runner.phase_stats());
         self.metrics.gates(
@@ -214,42 +311,68 @@ impl Engine {
                 })
                 .collect(),
         );
-        let _ = job.events.send(Event::Done(result));
     }
+}
 
-    /// Generates for `job`, streaming its text; a panic becomes an error of this job.
-    fn generate(&mut self, job: &Job) -> Result<Generation, EngineError> {
-        let mut sampler = Sampler::new(job.sampler)
-            .map_err(|e| EngineError::Model(Box::new(ModelError::Sampling(e))))?;
-        let shutdown = &self.shutdown;
-        let mut on_text = |piece: &str| {
+/// Passes a scheduler event to its job: text while the client listens (`false` cancels
+/// the job), and the end with its metrics.
+fn deliver(
+    jobs: &mut HashMap<u64, Running>,
+    metrics: &Metrics,
+    shutdown: &AtomicBool,
+    id: u64,
+    event: sched::Event<'_>,
+) -> bool {
+    let Some(job) = jobs.get(&id) else {
+        return false;
+    };
+    match event {
+        sched::Event::Text(piece) => {
             !job.cancel.load(Ordering::Relaxed)
                 && !shutdown.load(Ordering::Relaxed)
                 && job.events.send(Event::Text(piece.to_string())).is_ok()
-        };
-        let (runner, model) = (&mut self.runner, &self.model);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            generate(
-                runner,
-                &model.tokenizer,
-                &mut sampler,
-                &job.prompt,
-                &job.options,
-                &mut on_text,
-            )
-        }));
-        match outcome {
-            Ok(Ok(generation)) => Ok(generation),
-            Ok(Err(e)) => Err(EngineError::Model(Box::new(e))),
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                log::error!("generation panicked: {what}");
-                Err(EngineError::Panicked(what))
-            }
         }
+        sched::Event::Done(result) => {
+            let job = jobs.remove(&id).expect("looked up above");
+            metrics.running_add(-1);
+            let result = match result {
+                Ok(generation) => Ok(outcome(metrics, &job, generation)),
+                Err(Failure::Model(e)) => Err(EngineError::Model(Box::new(e))),
+                Err(Failure::Step(what)) => Err(EngineError::StepFailed(what)),
+            };
+            let result = match result {
+                Ok(o)
+                    if o.finish_reason == FinishReason::Cancelled
+                        && shutdown.load(Ordering::SeqCst) =>
+                {
+                    Err(EngineError::ShuttingDown)
+                }
+                other => other,
+            };
+            let _ = job.events.send(Event::Done(result));
+            false
+        }
+    }
+}
+
+/// Records a finished generation's metrics and turns it into the job's outcome.
+fn outcome(metrics: &Metrics, job: &Running, generation: Generation) -> Outcome {
+    let timings = generation.timings;
+    let per_token = (generation.tokens.len() > 1 && timings.decode_tok_s > 0.0)
+        .then(|| 1.0 / timings.decode_tok_s);
+    // The generation's clock starts at admission; the wait before it counts too.
+    let ttft = job.waited.as_secs_f64() + timings.ttft_ms / 1e3;
+    metrics.generation(
+        generation.prompt_tokens.len(),
+        generation.tokens.len(),
+        generation.finish_reason,
+        ttft,
+        per_token,
+    );
+    Outcome {
+        prompt_tokens: generation.prompt_tokens.len(),
+        completion_tokens: generation.tokens.len(),
+        finish_reason: generation.finish_reason,
+        text: generation.text,
     }
 }

@@ -172,6 +172,11 @@ impl From<EngineError> for ApiError {
                 "internal_error",
                 format!("The generation failed unexpectedly: {what}"),
             ),
+            EngineError::StepFailed(what) => ApiError::server(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "generation_failed",
+                format!("The batched step running this generation failed: {what}"),
+            ),
             EngineError::ShuttingDown => ApiError::shutting_down(),
         }
     }

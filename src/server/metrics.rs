@@ -72,6 +72,10 @@ pub(crate) struct Metrics {
     completion_tokens: AtomicU64,
     queue_depth: AtomicI64,
     running: AtomicI64,
+    batch_size: AtomicI64,
+    steps: AtomicU64,
+    step_sequences: AtomicU64,
+    step_tokens: AtomicU64,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
@@ -110,6 +114,10 @@ impl Metrics {
             completion_tokens: AtomicU64::new(0),
             queue_depth: AtomicI64::new(0),
             running: AtomicI64::new(0),
+            batch_size: AtomicI64::new(0),
+            steps: AtomicU64::new(0),
+            step_sequences: AtomicU64::new(0),
+            step_tokens: AtomicU64::new(0),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
@@ -130,6 +138,15 @@ impl Metrics {
     /// Adds `delta` to the number of generations running.
     pub fn running_add(&self, delta: i64) {
         self.running.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Records a batched step of `sequences` sequences evaluating `tokens` tokens.
+    pub fn step(&self, sequences: usize, tokens: usize) {
+        self.batch_size.store(sequences as i64, Ordering::Relaxed);
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.step_sequences
+            .fetch_add(sequences as u64, Ordering::Relaxed);
+        self.step_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
     /// Records a finished generation: its token counts, why it ended, its time to first
@@ -224,6 +241,30 @@ impl Metrics {
                 "gauge",
                 "Generations the engine is running.",
                 self.running.load(Ordering::Relaxed).max(0),
+            ),
+            (
+                "switchyard_batch_size",
+                "gauge",
+                "Sequences in the engine's latest step.",
+                self.batch_size.load(Ordering::Relaxed).max(0),
+            ),
+            (
+                "switchyard_steps_total",
+                "counter",
+                "Steps the engine ran (each evaluates every running sequence once).",
+                self.steps.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "switchyard_step_sequences_total",
+                "counter",
+                "Sum of the steps' batch sizes; divided by steps_total, the mean batch.",
+                self.step_sequences.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "switchyard_step_tokens_total",
+                "counter",
+                "Tokens the steps evaluated (decodes and prompt chunks).",
+                self.step_tokens.load(Ordering::Relaxed) as i64,
             ),
         ];
         for (name, kind, help, value) in simple {
@@ -329,6 +370,7 @@ mod tests {
         m.request("/v1/completions", 429);
         m.generation(5, 3, FinishReason::Length, 0.3, Some(0.07));
         m.queue_add(2);
+        m.step(4, 67);
         m.gates(vec![GateSnapshot {
             bucket: 64,
             active: Some("split".into()),
@@ -342,6 +384,9 @@ mod tests {
             "switchyard_prompt_tokens_total 5",
             "switchyard_completion_tokens_total 3",
             "switchyard_queue_depth 2",
+            "switchyard_batch_size 4",
+            "switchyard_steps_total 1",
+            "switchyard_step_tokens_total 67",
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.5\"} 1",
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.25\"} 0",
             "switchyard_time_per_output_token_seconds_count 1",

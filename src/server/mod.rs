@@ -1,8 +1,8 @@
 //! `switchyard serve`: an OpenAI-compatible HTTP server (axum + tokio) over one model.
 //!
 //! Handlers parse and check requests, render chat templates and tokenize; the engine
-//! (`engine.rs`) owns the [`Runner`] on one OS thread and runs queued jobs in arrival
-//! order, at most `max_queue` waiting. Text streams back over a channel per job; a
+//! (`engine.rs`) owns the [`Runner`] on one OS thread and steps up to `parallel` queued
+//! jobs together (continuous batching, [`crate::sched`]), at most `max_queue` waiting. Text streams back over a channel per job; a
 //! dropped response cancels its job. Errors are OpenAI-shaped (`error.rs`), and
 //! `/metrics` is written by hand in Prometheus' text format (`metrics.rs`).
 
@@ -21,6 +21,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::model::{Model, Runner};
+pub use crate::sched::Limits;
+
+/// Generations stepped together unless told otherwise.
+pub const DEFAULT_PARALLEL: usize = 16;
 
 /// The body limit `serve` uses unless told otherwise: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -28,7 +32,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 /// How the server behaves.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Most requests that wait while one runs; the next gets 429.
+    /// How many generations step together, and each step's token budget.
+    pub limits: Limits,
+    /// Most requests that wait while `limits` of them run; the next gets 429.
     pub max_queue: usize,
     /// Largest request body in bytes; a larger one gets 413.
     pub body_limit: usize,
@@ -37,6 +43,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
+            limits: Limits::parallel(DEFAULT_PARALLEL).expect("a valid default"),
             max_queue: 16,
             body_limit: DEFAULT_BODY_LIMIT,
         }
@@ -67,7 +74,13 @@ pub async fn serve(
     let metrics = Arc::new(metrics::Metrics::new());
     let context = runner.context();
     let model = Arc::new(model);
-    let (engine, thread) = engine::start(model.clone(), runner, config.max_queue, metrics.clone())?;
+    let (engine, thread) = engine::start(
+        model.clone(),
+        runner,
+        config.limits,
+        config.max_queue,
+        metrics.clone(),
+    )?;
     let app = Arc::new(routes::App {
         model_id: model_id(&model.path),
         model,

@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test.
     #[arg(long, value_name = "N", default_value_t = 128)]
     gen_tokens: usize,
+    /// Also time --gen-tokens decode steps of B sequences stepped together (tgNxB),
+    /// for each B in the list (aggregate tok/s of all B).
+    #[arg(long, value_name = "B,B,...", value_delimiter = ',')]
+    batch: Vec<usize>,
     /// Timed repetitions of each test, after one warm-up.
     #[arg(long, value_name = "R", default_value_t = 5)]
     reps: usize,
@@ -90,6 +94,9 @@ struct ModelReport {
     tensors: TensorMix,
 }
 
+/// Largest `--batch` size: one step's tokens must fit a batched step.
+const MAX_BENCH_BATCH: usize = switchyard::model::MAX_STEP_TOKENS;
+
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if !args.arms.is_empty() {
@@ -114,6 +121,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .collect();
     if args.gen_tokens > 0 {
         tests.push(BenchTest::Generate(args.gen_tokens));
+        for &sequences in &args.batch {
+            if !(2..=MAX_BENCH_BATCH).contains(&sequences) {
+                bail!("--batch takes sizes from 2 to {MAX_BENCH_BATCH} (1 is the tg test), got {sequences}");
+            }
+            tests.push(BenchTest::Batch {
+                steps: args.gen_tokens,
+                sequences,
+            });
+        }
     }
     if tests.is_empty() {
         bail!("nothing to measure: give --prompt-tokens or a --gen-tokens above 0");
@@ -171,7 +187,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let tensors = TensorMix::of(&model.config, model.weights.as_ref());
     let decode_read_gb_s = results
         .iter()
-        .find(|r| r.test.starts_with("tg"))
+        .find(|r| r.test.starts_with("tg") && !r.test.contains('x'))
         .map(|r| tensors.decode_gb_s(r.summary.median));
     let report = Report {
         env,

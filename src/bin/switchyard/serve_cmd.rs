@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use switchyard::server::{self, ServerConfig, DEFAULT_BODY_LIMIT};
+use switchyard::server::{self, Limits, ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PARALLEL};
 
 use crate::model_args::ModelArgs;
 
@@ -19,8 +19,14 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one; the address is printed on stderr).
     #[arg(long, default_value_t = 8080, value_name = "PORT")]
     port: u16,
-    /// Most requests that wait while one is generated; the next gets 429.
-    #[arg(long, default_value_t = 16, value_name = "N")]
+    /// Generations stepped together (continuous batching): each step evaluates one
+    /// token of every running generation and prompt chunks of new ones, reading the
+    /// weights once for all of them. More raises total throughput; each stream's tokens
+    /// come a little slower.
+    #[arg(long, default_value_t = DEFAULT_PARALLEL, value_name = "N")]
+    parallel: usize,
+    /// Most requests that wait while `--parallel` run; the next gets 429.
+    #[arg(long, default_value_t = 64, value_name = "N")]
     max_queue: usize,
 }
 
@@ -32,6 +38,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.max_queue > MAX_QUEUE_LIMIT {
         bail!("--max-queue must be at most {MAX_QUEUE_LIMIT}");
     }
+    let limits = Limits::parallel(args.parallel).map_err(|e| anyhow::anyhow!("--parallel: {e}"))?;
     let (model, runner) = args.model.load()?;
     let id = server::model_id(&model.path);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -44,10 +51,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
         let address = listener.local_addr()?;
         eprintln!(
-            "switchyard: serving {id} (context {}) — listening on http://{address}",
-            runner.context()
+            "switchyard: serving {id} (context {}, {} in parallel) — listening on http://{address}",
+            runner.context(),
+            limits.max_parallel()
         );
         let config = ServerConfig {
+            limits,
             max_queue: args.max_queue,
             body_limit: DEFAULT_BODY_LIMIT,
         };

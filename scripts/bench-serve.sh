@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Serving benchmark: starts `switchyard serve` and llama.cpp's `llama-server` on the same
+# model file and drives both with concurrent streaming chat completions through the
+# official `openai` client (scripts/bench_serve.py), interleaved per concurrency level.
+# Prints aggregate output tok/s, TTFT and inter-token latency (p50 / p99 / mean).
+#
+# Usage: scripts/bench-serve.sh [--model PATH] [--concurrency 1,4,16,64] [--parallel N]
+#                               [--max-tokens N] [--threads N] [--json OUT]
+#   --model        GGUF file (default: the default model, fetched if needed)
+#   --parallel     sequences each server steps together (default 16); llama-server gets
+#                  --parallel N -c N*1024, switchyard --parallel N --ctx 1024
+#   --concurrency  client counts (default 1,4,16,64)
+#   --max-tokens   tokens per completion (default 64)
+# Env:   SWITCHYARD_BIN (default: a release build of this checkout), LLAMACPP_TOOLS (a
+#        folder with llama-server; default: built by scripts/llamacpp-tools.sh, ~15 min).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+threads="$(nproc 2>/dev/null || echo 4)"
+model=""
+concurrency="1,4,16,64"
+parallel=16
+max_tokens=64
+json=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    --concurrency) concurrency="$2"; shift 2 ;;
+    --parallel) parallel="$2"; shift 2 ;;
+    --max-tokens) max_tokens="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --json) json="$2"; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for n in "$parallel" "$max_tokens" "$threads"; do
+  case "$n" in ''|*[!0-9]*) echo "error: --parallel, --max-tokens and --threads take numbers" >&2; exit 2 ;; esac
+done
+
+python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai
+if [ -n "${SWITCHYARD_BIN:-}" ]; then
+  bin="$SWITCHYARD_BIN"
+else
+  echo "building switchyard (release)..." >&2
+  (cd "$root" && cargo build --release --quiet --bin switchyard)
+  bin="$root/target/release/switchyard"
+fi
+tools="${LLAMACPP_TOOLS:-$("$root/scripts/llamacpp-tools.sh")}"
+if [ -z "$model" ]; then
+  model="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  [ -f "$model" ] || { echo "fetching the default model..." >&2; "$bin" generate "Hello" -n 1 >/dev/null; }
+fi
+[ -f "$model" ] || { echo "error: no model file at '$model' (give --model)" >&2; exit 1; }
+
+log="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$log"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_healthy() {
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "error: the server on port $1 did not become healthy; its log:" >&2; cat "$2" >&2; exit 1
+}
+
+sy_port="$(free_port)"
+"$bin" serve --model "$model" --port "$sy_port" --threads "$threads" --ctx 1024 \
+  --parallel "$parallel" --max-queue 256 > "$log/switchyard.log" 2>&1 &
+pids+=($!)
+wait_healthy "$sy_port" "$log/switchyard.log"
+ls_port="$(free_port)"
+"$tools/llama-server" -m "$model" --port "$ls_port" -t "$threads" --parallel "$parallel" \
+  -c $(( parallel * 1024 )) > "$log/llama-server.log" 2>&1 &
+pids+=($!)
+wait_healthy "$ls_port" "$log/llama-server.log"
+
+echo "model $model; $threads threads; --parallel $parallel; $max_tokens tokens per completion" >&2
+python3 "$root/scripts/bench_serve.py" \
+  --server "switchyard=http://127.0.0.1:$sy_port" \
+  --server "llama-server=http://127.0.0.1:$ls_port" \
+  --concurrency "$concurrency" --max-tokens "$max_tokens" ${json:+--json "$json"}

@@ -1,0 +1,278 @@
+//! Continuous batching: sequences join and leave at step boundaries; every step
+//! evaluates one token of each decoding sequence plus prompt chunks of newly admitted
+//! ones, within a token budget, so running streams keep a bounded time per token.
+
+use crate::model::sampler::{Sampler, SamplerConfig};
+use crate::model::tokenizer::Tokenizer;
+use crate::model::{
+    Decoding, GenerateOptions, Generation, ModelError, Runner, Sequence, Work, MAX_STEP_TOKENS,
+    PREFILL_CHUNK,
+};
+
+/// How much the scheduler runs at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    parallel: usize,
+    step_tokens: usize,
+}
+
+impl Limits {
+    /// At most `parallel` sequences at once, and at most `step_tokens` tokens per step
+    /// (decodes first, then prompt chunks). `step_tokens` must leave room for every
+    /// decode plus one prompt chunk, and fit one batched step.
+    pub fn new(parallel: usize, step_tokens: usize) -> Result<Limits, String> {
+        if parallel == 0 {
+            return Err("the number of parallel sequences must be at least 1".into());
+        }
+        let least = parallel + PREFILL_CHUNK;
+        if step_tokens < least.min(MAX_STEP_TOKENS) || step_tokens > MAX_STEP_TOKENS {
+            return Err(format!(
+                "a step's token budget must be between {} and {MAX_STEP_TOKENS}, got {step_tokens}",
+                least.min(MAX_STEP_TOKENS)
+            ));
+        }
+        if parallel > MAX_STEP_TOKENS - PREFILL_CHUNK {
+            return Err(format!(
+                "at most {} sequences can run in parallel, got {parallel}",
+                MAX_STEP_TOKENS - PREFILL_CHUNK
+            ));
+        }
+        Ok(Limits {
+            parallel,
+            step_tokens,
+        })
+    }
+
+    /// `parallel` sequences with the largest step budget.
+    pub fn parallel(parallel: usize) -> Result<Limits, String> {
+        Limits::new(parallel, MAX_STEP_TOKENS)
+    }
+
+    /// Most sequences at once.
+    pub fn max_parallel(&self) -> usize {
+        self.parallel
+    }
+}
+
+/// One generation to schedule.
+pub struct Request {
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// Token limit, stop strings and ids.
+    pub options: GenerateOptions,
+    /// How to pick tokens.
+    pub sampler: SamplerConfig,
+}
+
+/// Why a sequence failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// Its own request was refused (context, sampler, tokens).
+    Model(ModelError),
+    /// The step it was part of failed; every sequence of that step gets this.
+    Step(String),
+}
+
+/// What the scheduler tells its caller about a sequence.
+pub enum Event<'a> {
+    /// A new piece of its text; the callback returns `false` to cancel it.
+    Text(&'a str),
+    /// It ended; its last event.
+    Done(Result<Generation, Failure>),
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Sequences in the step.
+    pub sequences: usize,
+    /// Tokens evaluated (decodes plus prompt chunks).
+    pub tokens: usize,
+    /// Of those, prompt tokens.
+    pub prompt_tokens: usize,
+}
+
+/// A running sequence.
+struct Slot<'t> {
+    id: u64,
+    seq: Sequence,
+    prompt: Vec<u32>,
+    /// Prompt tokens already evaluated.
+    prefilled: usize,
+    /// The token to feed next, once decoding.
+    next: Option<u32>,
+    decoding: Decoding<'t>,
+    sampler: Sampler,
+}
+
+/// Owns the running sequences and steps them together through a [`Runner`].
+pub struct Scheduler<'t> {
+    tokenizer: &'t Tokenizer,
+    limits: Limits,
+    slots: Vec<Slot<'t>>,
+}
+
+impl<'t> Scheduler<'t> {
+    /// An empty scheduler decoding text with `tokenizer`.
+    pub fn new(tokenizer: &'t Tokenizer, limits: Limits) -> Scheduler<'t> {
+        Scheduler {
+            tokenizer,
+            limits,
+            slots: Vec::new(),
+        }
+    }
+
+    /// Whether another sequence can join.
+    pub fn has_room(&self) -> bool {
+        self.slots.len() < self.limits.parallel
+    }
+
+    /// Sequences running.
+    pub fn running(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether a sequence with `id` is running.
+    pub fn contains(&self, id: u64) -> bool {
+        self.slots.iter().any(|s| s.id == id)
+    }
+
+    /// Adds a sequence that joins the next step; refuses a request that cannot run
+    /// (empty prompt, too long for the context, bad sampler settings) without
+    /// touching the others.
+    pub fn admit(&mut self, runner: &Runner, id: u64, request: Request) -> Result<(), ModelError> {
+        if !self.has_room() {
+            return Err(ModelError::Input(format!(
+                "{} sequences are already running",
+                self.limits.parallel
+            )));
+        }
+        let seq = runner.new_sequence();
+        let sampler = Sampler::new(request.sampler)?;
+        let decoding = Decoding::new(
+            self.tokenizer,
+            &request.prompt,
+            request.options,
+            seq.context(),
+        )?;
+        self.slots.push(Slot {
+            id,
+            seq,
+            prompt: request.prompt,
+            prefilled: 0,
+            next: None,
+            decoding,
+            sampler,
+        });
+        Ok(())
+    }
+
+    /// Ends every running sequence without an event (the caller reports them), e.g.
+    /// after a step panicked; returns their ids.
+    pub fn abort_all(&mut self) -> Vec<u64> {
+        self.slots.drain(..).map(|s| s.id).collect()
+    }
+
+    /// Runs one step over the running sequences: one token of each decoding one, then
+    /// prompt chunks in arrival order while the token budget lasts. Streams text and
+    /// ends through `on_event` (whose `false` cancels that sequence).
+    pub fn step(
+        &mut self,
+        runner: &mut Runner,
+        on_event: &mut dyn FnMut(u64, Event<'_>) -> bool,
+    ) -> StepReport {
+        let mut budget = self.limits.step_tokens;
+        // Per slot, the tokens it evaluates this step (empty: waits).
+        let mut plan: Vec<Vec<u32>> = Vec::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            plan.push(slot.next.map_or_else(Vec::new, |t| vec![t]));
+            budget -= plan.last().map_or(0, Vec::len);
+        }
+        for (slot, tokens) in self.slots.iter().zip(plan.iter_mut()) {
+            if slot.next.is_none() && budget > 0 {
+                let take = (slot.prompt.len() - slot.prefilled)
+                    .min(PREFILL_CHUNK)
+                    .min(budget);
+                *tokens = slot.prompt[slot.prefilled..slot.prefilled + take].to_vec();
+                budget -= take;
+            }
+        }
+        let mut report = StepReport::default();
+        let mut work: Vec<Work<'_>> = Vec::new();
+        let mut stepped = Vec::new();
+        for (i, (slot, tokens)) in self.slots.iter_mut().zip(&plan).enumerate() {
+            if tokens.is_empty() {
+                continue;
+            }
+            report.sequences += 1;
+            report.tokens += tokens.len();
+            if slot.next.is_none() {
+                report.prompt_tokens += tokens.len();
+            }
+            stepped.push(i);
+            work.push(Work {
+                seq: &mut slot.seq,
+                tokens,
+            });
+        }
+        if work.is_empty() {
+            return report;
+        }
+        let result = runner.forward_batch(&mut work);
+        drop(work);
+        let logits = match result {
+            Ok(logits) => logits,
+            Err(e) => {
+                let what = e.to_string();
+                for &i in stepped.iter().rev() {
+                    let slot = self.slots.remove(i);
+                    on_event(slot.id, Event::Done(Err(Failure::Step(what.clone()))));
+                }
+                return report;
+            }
+        };
+        let mut ended = Vec::new();
+        for (&i, logits) in stepped.iter().zip(&logits) {
+            let slot = &mut self.slots[i];
+            if slot.next.is_none() {
+                slot.prefilled += plan[i].len();
+                if slot.prefilled < slot.prompt.len() {
+                    continue;
+                }
+            }
+            let id = slot.id;
+            let mut on_text = |piece: &str| on_event(id, Event::Text(piece));
+            match slot
+                .decoding
+                .accept(logits, &mut slot.sampler, &mut on_text)
+            {
+                Ok(Some(token)) => slot.next = Some(token),
+                Ok(None) => ended.push((i, None)),
+                Err(e) => ended.push((i, Some(e))),
+            }
+        }
+        for (i, error) in ended.into_iter().rev() {
+            let slot = self.slots.remove(i);
+            let id = slot.id;
+            let result = match error {
+                Some(e) => Err(Failure::Model(e)),
+                None => {
+                    let mut on_text = |piece: &str| on_event(id, Event::Text(piece));
+                    slot.decoding.finish(&mut on_text).map_err(Failure::Model)
+                }
+            };
+            on_event(id, Event::Done(result));
+        }
+        report
+    }
+
+    /// Ends sequence `id` now as cancelled (its client left), reporting its end.
+    pub fn cancel(&mut self, id: u64, on_event: &mut dyn FnMut(u64, Event<'_>) -> bool) {
+        if let Some(i) = self.slots.iter().position(|s| s.id == id) {
+            let slot = self.slots.remove(i);
+            let mut quiet = |_: &str| false;
+            let result = slot.decoding.finish(&mut quiet).map_err(Failure::Model);
+            on_event(id, Event::Done(result));
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The scheduler on the default model: generations admitted at different steps and
+//! stepped together give token for token what `generate` gives each alone; a request
+//! that cannot run is refused without touching the others; a cancelled sequence leaves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::model::sampler::{Sampler, SamplerConfig};
+use switchyard::model::{
+    fetch, generate, FinishReason, GenerateOptions, Generation, Model, Runner,
+};
+use switchyard::sched::{Event, Limits, Request, Scheduler};
+
+fn load() -> (Model, Runner) {
+    let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(None).unwrap())];
+    let runner = Runner::new(
+        model.config.clone(),
+        model.weights.clone(),
+        model.fingerprint,
+        BackendSet::new(backends).unwrap(),
+        512,
+    );
+    (model, runner)
+}
+
+fn greedy() -> SamplerConfig {
+    SamplerConfig {
+        temperature: 0.0,
+        ..SamplerConfig::default()
+    }
+}
+
+fn options(model: &Model, max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        stop_ids: model.stop_ids.clone(),
+        ..GenerateOptions::default()
+    }
+}
+
+#[test]
+fn staggered_generations_match_each_run_alone() {
+    let (model, mut runner) = load();
+    let prompts: Vec<Vec<u32>> = (0..6)
+        .map(|i| {
+            let text = format!(
+                "Tell me fact number {i} about {}.",
+                ["cats", "rain", "salt"][i % 3]
+            );
+            model
+                .tokenizer
+                .encode_chat(&text.repeat(1 + 5 * (i % 2)))
+                .unwrap()
+        })
+        .collect();
+    let alone: Vec<Generation> = prompts
+        .iter()
+        .map(|p| {
+            let mut sampler = Sampler::new(greedy()).unwrap();
+            generate(
+                &mut runner,
+                &model.tokenizer,
+                &mut sampler,
+                p,
+                &options(&model, 16),
+                &mut |_| true,
+            )
+            .unwrap()
+        })
+        .collect();
+
+    let limits = Limits::new(4, 96).unwrap();
+    let mut scheduler = Scheduler::new(&model.tokenizer, limits);
+    let mut texts: HashMap<u64, String> = HashMap::new();
+    let mut done: HashMap<u64, Generation> = HashMap::new();
+    let mut next = 0;
+    let mut largest = 0;
+    for _ in 0..1000 {
+        // Admit one waiting prompt per step while there is room.
+        if next < prompts.len() && scheduler.has_room() {
+            let request = Request {
+                prompt: prompts[next].clone(),
+                options: options(&model, 16),
+                sampler: greedy(),
+            };
+            scheduler.admit(&runner, next as u64, request).unwrap();
+            next += 1;
+        }
+        if scheduler.running() == 0 {
+            break;
+        }
+        let report = scheduler.step(&mut runner, &mut |id, event| {
+            match event {
+                Event::Text(piece) => texts.entry(id).or_default().push_str(piece),
+                Event::Done(result) => {
+                    done.insert(id, result.unwrap());
+                }
+            }
+            true
+        });
+        assert!(report.tokens <= 96, "{report:?}");
+        largest = largest.max(report.sequences);
+    }
+    assert_eq!(largest, 4, "the batch never filled");
+    assert_eq!(done.len(), prompts.len());
+    for (i, want) in alone.iter().enumerate() {
+        let got = &done[&(i as u64)];
+        assert_eq!(got.tokens, want.tokens, "prompt {i}");
+        assert_eq!(got.text, want.text, "prompt {i}");
+        let streamed = texts.get(&(i as u64)).cloned().unwrap_or_default();
+        assert_eq!(streamed, want.text, "prompt {i}: streamed text");
+        assert_eq!(got.finish_reason, want.finish_reason);
+    }
+}
+
+#[test]
+fn refusals_and_cancellations_leave_the_others_running() {
+    let (model, mut runner) = load();
+    let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
+    let prompt = model.tokenizer.encode_chat("Count to ten.").unwrap();
+    let too_long = Request {
+        prompt: vec![1; 600],
+        options: options(&model, 4),
+        sampler: greedy(),
+    };
+    let err = scheduler.admit(&runner, 9, too_long).unwrap_err();
+    assert!(err.to_string().contains("context holds 512"), "{err}");
+    for id in [1, 2] {
+        let request = Request {
+            prompt: prompt.clone(),
+            options: options(&model, 50),
+            sampler: greedy(),
+        };
+        scheduler.admit(&runner, id, request).unwrap();
+    }
+    assert!(!scheduler.has_room());
+    let mut ended: HashMap<u64, FinishReason> = HashMap::new();
+    let mut on_event = |id: u64, event: Event<'_>| match event {
+        // Sequence 1's client goes away at its first text.
+        Event::Text(_) => id != 1,
+        Event::Done(result) => {
+            ended.insert(id, result.unwrap().finish_reason);
+            false
+        }
+    };
+    for _ in 0..200 {
+        if scheduler.running() == 0 {
+            break;
+        }
+        scheduler.step(&mut runner, &mut on_event);
+    }
+    assert_eq!(ended[&1], FinishReason::Cancelled);
+    assert_ne!(ended[&2], FinishReason::Cancelled);
+    assert!(Limits::new(0, 64).is_err() && Limits::new(4, 8).is_err());
+}
