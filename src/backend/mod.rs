@@ -19,8 +19,8 @@ pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, Op
 pub use set::BackendSet;
 pub use step::{DeviceKv, KvCache, KvDType, KvLayout, KvRows, Segment, StepState};
 pub use tensor::{
-    plain_bytes, AlignedBytes, DeviceBuffer, HostTensor, ResidentWeight, SharedBytes, Tensor,
-    TensorData,
+    plain_bytes, AlignedBytes, ByteOwner, DeviceBuffer, HostTensor, ResidentWeight, SharedBytes,
+    Tensor, TensorData,
 };
 
 use crate::graph::{BufferPlan, Graph, Node, OpKind, ValueId};

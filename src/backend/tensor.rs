@@ -241,21 +241,29 @@ pub fn plain_bytes(dtype: DType, shape: &Shape) -> Result<usize, BackendError> {
         .ok_or_else(|| BackendError::Input(format!("shape {shape} is too large")))
 }
 
+/// What owns the bytes behind [`SharedBytes`]: a vector, or a read-only file map that
+/// can give pages back to the operating system.
+pub trait ByteOwner: AsRef<[u8]> + Send + Sync {
+    /// Drops the resident pages of `range` where that loses nothing (a read-only file
+    /// map re-reads them on the next access); a no-op for memory that owns its bytes.
+    fn release(&self, range: std::ops::Range<usize>) {
+        let _ = range;
+    }
+}
+
+impl ByteOwner for Vec<u8> {}
+
 /// Bytes owned by something else (a memory map, a vector), shared by `Arc`.
 #[derive(Clone)]
 pub struct SharedBytes {
-    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    owner: Arc<dyn ByteOwner>,
     start: usize,
     len: usize,
 }
 
 impl SharedBytes {
     /// The range `start..start + len` of `owner`, or `None` when it is out of bounds.
-    pub fn new(
-        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
-        start: usize,
-        len: usize,
-    ) -> Option<SharedBytes> {
+    pub fn new(owner: Arc<dyn ByteOwner>, start: usize, len: usize) -> Option<SharedBytes> {
         let end = start.checked_add(len)?;
         ((*owner).as_ref().len() >= end).then_some(SharedBytes { owner, start, len })
     }
@@ -273,6 +281,13 @@ impl SharedBytes {
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+
+    /// Gives the resident pages of these bytes back to the operating system when they
+    /// can be re-read for free (a file map), e.g. once a repacked copy replaces them for
+    /// the hot path. The bytes stay readable.
+    pub fn release_pages(&self) {
+        self.owner.release(self.start..self.start + self.len);
     }
 }
 

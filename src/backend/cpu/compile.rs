@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::dispatch::run_node;
+use super::packed::{PackCache, PackedWeight};
 use super::view::View;
 use crate::backend::{
     AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, PartitionSpec,
@@ -29,6 +30,8 @@ struct Operand {
     dtype: DType,
     shape: Shape,
     bytes: usize,
+    /// A matmul weight's packed form, when this CPU has packed kernels for its dtype.
+    packed: Option<Arc<PackedWeight>>,
 }
 
 /// One node to execute and where its result goes.
@@ -55,6 +58,7 @@ impl CpuPartition {
         backend: &dyn Backend,
         spec: &PartitionSpec<'_>,
         weights: &dyn WeightProvider,
+        packs: &PackCache,
         pool: Arc<rayon::ThreadPool>,
     ) -> Result<CpuPartition, BackendError> {
         let node_of = |id: ValueId| spec.node(id);
@@ -128,6 +132,16 @@ impl CpuPartition {
                     }
                 };
                 operands.push(operand(source, node_of(input)?, input)?);
+            }
+            if let (Op::MatMul, Some(w)) = (&node.op, operands.get_mut(1)) {
+                if let (Source::Weight(host), [n, k]) = (&w.source, w.shape.dims()) {
+                    w.packed = packs.get(w.dtype, host.data.as_bytes(), *n, *k)?;
+                    if w.packed.is_some() {
+                        // The packed copy serves every product; the file's pages, read
+                        // once to pack, would otherwise count twice in memory.
+                        host.data.release_pages();
+                    }
+                }
             }
             computed.insert(id, slot);
             steps.push(Step {
@@ -255,6 +269,7 @@ fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) ->
         dtype: o.dtype,
         shape: &o.shape,
         bytes,
+        packed: o.packed.as_deref(),
     }
 }
 
@@ -278,6 +293,7 @@ fn operand(source: Source, node: &Node, id: ValueId) -> Result<Operand, BackendE
         dtype: node.dtype,
         shape: node.shape.clone(),
         bytes: value_bytes(node, id)?,
+        packed: None,
     })
 }
 

@@ -8,6 +8,7 @@ use super::kernels::layout::{concat, slice, transpose};
 use super::kernels::matmul::{matmul, Weight};
 use super::kernels::norm::{layer_norm, rms_norm, softmax};
 use super::kernels::rope::{rope, rope_table, RopeParams, RopeTable};
+use super::packed;
 use super::view::{with_f32_out, write_f32, View};
 use crate::backend::{BackendError, Refusal, StepState};
 use crate::graph::{DType, Node, Op, ValueId};
@@ -44,7 +45,12 @@ pub(super) fn run_node(
                 n,
                 k,
             };
-            with_f32_out(dtype, out, |o| matmul(&x, m, weight, o))
+            match w.packed {
+                Some(p) if p.rows() == n && p.cols() == k => {
+                    with_f32_out(dtype, out, |o| packed::matmul(&x, m, p, o))
+                }
+                _ => with_f32_out(dtype, out, |o| matmul(&x, m, weight, o)),
+            }
         }
         Op::Add | Op::Mul => {
             let (a, b) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?);
@@ -219,6 +225,7 @@ mod tests {
             dtype: DType::F32,
             shape: &shape,
             bytes: &bytes,
+            packed: None,
         };
         let node = Node {
             op: Op::Cast,

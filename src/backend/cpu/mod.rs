@@ -5,6 +5,7 @@ mod capability;
 mod compile;
 mod dispatch;
 mod kernels;
+mod packed;
 mod quant;
 mod simd;
 pub mod threads;
@@ -20,10 +21,13 @@ use super::{
     PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
 };
 
-/// The host CPU backend. Weights stay where the loader put them (zero-copy upload).
+/// The host CPU backend. Weights stay where the loader put them (zero-copy upload); the
+/// block-format weights of matmuls are also repacked into panels where this CPU has
+/// packed kernels.
 pub struct CpuBackend {
     capability: Capability,
     pool: Arc<rayon::ThreadPool>,
+    packs: packed::PackCache,
 }
 
 impl CpuBackend {
@@ -40,6 +44,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             capability: capability::detect(threads),
             pool: Arc::new(pool),
+            packs: packed::PackCache::default(),
         })
     }
 
@@ -102,7 +107,8 @@ impl Backend for CpuBackend {
         spec: &PartitionSpec<'_>,
         weights: &dyn WeightProvider,
     ) -> Result<Box<dyn CompiledPartition>, BackendError> {
-        let partition = compile::CpuPartition::new(self, spec, weights, self.pool.clone())?;
+        let partition =
+            compile::CpuPartition::new(self, spec, weights, &self.packs, self.pool.clone())?;
         Ok(Box::new(partition))
     }
 

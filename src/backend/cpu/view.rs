@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use half::{bf16, f16};
 
+use super::packed::PackedWeight;
 use super::quant;
 use crate::backend::BackendError;
 use crate::graph::{DType, Shape};
@@ -18,6 +19,8 @@ pub(super) struct View<'a> {
     pub shape: &'a Shape,
     /// The data, in GGUF block layout for block formats.
     pub bytes: &'a [u8],
+    /// A matmul weight's packed form, when the partition made one.
+    pub packed: Option<&'a PackedWeight>,
 }
 
 impl<'a> View<'a> {
@@ -118,6 +121,7 @@ mod tests {
                 dtype,
                 shape: &shape,
                 bytes: &bytes,
+                packed: None,
             };
             assert_eq!(view.to_f32().unwrap().as_ref(), &[1.0, -2.0, 3.0]);
         }
@@ -134,6 +138,7 @@ mod tests {
             dtype: DType::F32,
             shape: &shape,
             bytes: &bytes[1..5],
+            packed: None,
         };
         assert_eq!(view.to_f32().unwrap().as_ref(), &[2.5]);
     }

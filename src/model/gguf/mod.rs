@@ -28,8 +28,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::Mmap;
-
 pub use consistency::check_dimensions;
 pub use ggml_type::{dtype_from_ggml, ggml_from_dtype, ggml_type_name};
 pub use metadata::Metadata;
@@ -38,7 +36,7 @@ pub use value::{Array, Value};
 pub use vocab::{stop_ids, vocab_spec};
 pub use writer::write_gguf;
 
-use super::mapped::{map_file, mapped_tensor};
+use super::mapped::{map_file, mapped_tensor, MappedFile};
 use super::ModelError;
 use crate::backend::HostTensor;
 use reader::Reader;
@@ -56,7 +54,7 @@ pub const DEFAULT_ALIGNMENT: usize = 32;
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: Arc<MappedFile>,
     version: u32,
     metadata: Metadata,
     tensors: Vec<TensorInfo>,

@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::Mmap;
 use serde::Deserialize;
 
 use crate::backend::HostTensor;
 use crate::graph::{DType, Shape, MAX_RANK};
-use crate::model::mapped::{map_file, mapped_tensor};
+use crate::model::mapped::{map_file, mapped_tensor, MappedFile};
 use crate::model::ModelError;
 
 /// Largest JSON header we accept, in bytes.
@@ -44,7 +43,7 @@ struct RawEntry {
 #[derive(Debug)]
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: Arc<MappedFile>,
     data_start: usize,
     tensors: BTreeMap<String, TensorMeta>,
 }

@@ -1,0 +1,95 @@
+//! AVX-512 VNNI packed kernels: per block, the panel's weight groups in eight registers
+//! (16 rows × 4 bytes each), one `vpdpbusd` per group and activation row with the
+//! row's 4 bytes broadcast, then one conversion and one FMA (two for Q4_1) per row.
+//! Twin of [`super::scalar`], bit for bit.
+
+use std::arch::x86_64::*;
+
+use super::{PackedKind, Panel, PanelFn, PANEL, ROW_GROUP};
+use crate::backend::cpu::simd::BlockQ8;
+
+/// The kernel when this CPU has AVX-512 F/BW/VL with VNNI and F16C.
+pub(super) fn kernel() -> Option<PanelFn> {
+    let ok = is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("f16c");
+    ok.then_some(panel as PanelFn)
+}
+
+/// Safe entry point: only handed out by [`kernel`] after the features were detected.
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
+    assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb);
+    assert!(out.len() >= rows * PANEL);
+    assert!(w.qs.len() >= w.nb * w.kind.panel_qs() && w.d.len() >= w.nb * PANEL);
+    assert!(w.kind != PackedKind::Q4_1 || w.m.len() >= w.nb * PANEL);
+    // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
+    // write the kernels make.
+    unsafe {
+        match rows {
+            1 => rows_of::<1>(w, x, sums, out),
+            2 => rows_of::<2>(w, x, sums, out),
+            3 => rows_of::<3>(w, x, sums, out),
+            4 => rows_of::<4>(w, x, sums, out),
+            5 => rows_of::<5>(w, x, sums, out),
+            6 => rows_of::<6>(w, x, sums, out),
+            7 => rows_of::<7>(w, x, sums, out),
+            8 => rows_of::<8>(w, x, sums, out),
+            _ => {}
+        }
+    }
+}
+
+/// `G` activation rows against the panel, accumulators in registers.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL, VNNI and F16C; the slices must be as [`panel`]
+/// asserts.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,avx2")]
+unsafe fn rows_of<const G: usize>(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], out: &mut [f32]) {
+    let nb = w.nb;
+    let mut acc = [_mm512_setzero_ps(); G];
+    let low = _mm512_set1_epi8(0x0F);
+    let offset = w.kind.int_offset();
+    for b in 0..nb {
+        let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
+        let groups: [__m512i; 8] = match w.kind {
+            PackedKind::Q8_0 => std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast())),
+            _ => {
+                let raw: [__m512i; 4] =
+                    std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()));
+                std::array::from_fn(|g| match g {
+                    0..4 => _mm512_and_si512(raw[g], low),
+                    _ => _mm512_and_si512(_mm512_srli_epi16::<4>(raw[g - 4]), low),
+                })
+            }
+        };
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(b * PANEL).cast()));
+        let mw = match w.kind {
+            PackedKind::Q4_1 => {
+                _mm512_cvtph_ps(_mm256_loadu_si256(w.m.as_ptr().add(b * PANEL).cast()))
+            }
+            _ => _mm512_setzero_ps(),
+        };
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let xb = &x[i * nb + b];
+            let q: [i32; 8] = bytemuck::cast(xb.qs);
+            // Groups 0..4 are elements 4g.., 4..8 are 16 + 4(g − 4).. (high nibbles),
+            // which is where the activation bytes of group g sit for every kind.
+            let mut dot = _mm512_setzero_si512();
+            for (g, &wg) in groups.iter().enumerate() {
+                dot = _mm512_dpbusd_epi32(dot, wg, _mm512_set1_epi32(q[g]));
+            }
+            dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * sums[i * nb + b]));
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
+            if w.kind == PackedKind::Q4_1 {
+                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
+            }
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        _mm512_storeu_ps(out.as_mut_ptr().add(i * PANEL), *acc);
+    }
+}

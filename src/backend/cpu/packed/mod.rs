@@ -1,0 +1,371 @@
+//! Block-format weights repacked once, at compile time, into panels of [`PANEL`] rows,
+//! so one integer dot-product instruction (`vpdpbusd`) multiplies a 4-byte group of an
+//! activation row, broadcast, with the same group of 16 weight rows at once. Each lane
+//! then ends a block holding one weight row's whole integer dot product, so a block
+//! costs one conversion and one or two FMAs for 16 outputs instead of per-row
+//! reductions, and every activation row of a step reuses the unpacked panel.
+//!
+//! Every row of the activations goes through the same arithmetic whatever the number of
+//! rows, so results are batch-invariant; Q4_0 and Q8_0 offsets are applied in integers.
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(test)]
+mod scalar;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use rayon::prelude::*;
+
+use super::simd::{quantize_row, BlockQ8, QK};
+use crate::backend::BackendError;
+use crate::graph::DType;
+
+/// Weight rows per panel: one 512-bit register of `i32` lanes.
+pub(crate) const PANEL: usize = 16;
+
+/// Activation rows whose accumulators a kernel keeps in registers at once.
+const ROW_GROUP: usize = 8;
+
+/// The block formats with a packed layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PackedKind {
+    /// `(q − 8)·d`: nibbles, the −8 applied to the integer sum.
+    Q4_0,
+    /// `q·d + m`: nibbles, the minimum as a second FMA with the activations' scaled sum.
+    Q4_1,
+    /// `q·d`: bytes stored as `q + 128` (unsigned for `vpdpbusd`), the 128 taken off
+    /// the integer sum.
+    Q8_0,
+}
+
+impl PackedKind {
+    /// The packed kind of `dtype`, if it has one.
+    pub(crate) fn of(dtype: DType) -> Option<PackedKind> {
+        match dtype {
+            DType::Q4_0 => Some(PackedKind::Q4_0),
+            DType::Q4_1 => Some(PackedKind::Q4_1),
+            DType::Q8_0 => Some(PackedKind::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one source block.
+    fn block_bytes(self) -> usize {
+        match self {
+            PackedKind::Q4_0 => 18,
+            PackedKind::Q4_1 => 20,
+            PackedKind::Q8_0 => 34,
+        }
+    }
+
+    /// Packed quant bytes of one block of one panel.
+    fn panel_qs(self) -> usize {
+        match self {
+            PackedKind::Q4_0 | PackedKind::Q4_1 => PANEL * 16,
+            PackedKind::Q8_0 => PANEL * 32,
+        }
+    }
+
+    /// What the integer sum loses per unit of the activations' sum `Σq` (the offset
+    /// folded into the stored values).
+    fn int_offset(self) -> i32 {
+        match self {
+            PackedKind::Q4_0 => 8,
+            PackedKind::Q4_1 => 0,
+            PackedKind::Q8_0 => 128,
+        }
+    }
+}
+
+/// A `[n, k]` weight in panels of [`PANEL`] rows (the last padded with zero rows).
+///
+/// Per panel and block: the quants as groups of 4 bytes, group-major then row-major
+/// (for nibble formats, byte group `g` holds elements `4g..4g+4` in its low nibbles and
+/// `16+4g..` in its high ones), then 16 f16 scales (and, for Q4_1, 16 f16 minimums).
+pub(crate) struct PackedWeight {
+    kind: PackedKind,
+    n: usize,
+    k: usize,
+    qs: Vec<u8>,
+    d: Vec<u16>,
+    m: Vec<u16>,
+}
+
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedWeight({:?} [{}, {}], {} bytes)",
+            self.kind,
+            self.n,
+            self.k,
+            self.bytes()
+        )
+    }
+}
+
+impl PackedWeight {
+    /// Repacks the raw GGUF blocks of a `[n, k]` weight of `kind`.
+    pub(crate) fn pack(
+        kind: PackedKind,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+    ) -> Result<PackedWeight, BackendError> {
+        let nb = k / QK;
+        let row_bytes = nb * kind.block_bytes();
+        if !k.is_multiple_of(QK) || bytes.len() != n * row_bytes {
+            return Err(BackendError::Input(format!(
+                "cannot pack {} bytes as a [{n}, {k}] {kind:?} weight",
+                bytes.len()
+            )));
+        }
+        let panels = n.div_ceil(PANEL);
+        let mut qs = vec![0u8; panels * nb * kind.panel_qs()];
+        let mut d = vec![0u16; panels * nb * PANEL];
+        let mut m = match kind {
+            PackedKind::Q4_1 => vec![0u16; panels * nb * PANEL],
+            _ => Vec::new(),
+        };
+        let f16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        for row in 0..n {
+            let (panel, r) = (row / PANEL, row % PANEL);
+            for b in 0..nb {
+                let block =
+                    &bytes[row * row_bytes + b * kind.block_bytes()..][..kind.block_bytes()];
+                let slot = (panel * nb + b) * PANEL + r;
+                d[slot] = f16_at(block, 0);
+                let dst = &mut qs[(panel * nb + b) * kind.panel_qs()..][..kind.panel_qs()];
+                let (quants, groups) = match kind {
+                    PackedKind::Q4_0 => (&block[2..18], 4),
+                    PackedKind::Q4_1 => {
+                        m[slot] = f16_at(block, 2);
+                        (&block[4..20], 4)
+                    }
+                    PackedKind::Q8_0 => (&block[2..34], 8),
+                };
+                for g in 0..groups {
+                    for t in 0..4 {
+                        let v = quants[4 * g + t];
+                        dst[(g * PANEL + r) * 4 + t] = match kind {
+                            PackedKind::Q8_0 => v ^ 0x80,
+                            _ => v,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(PackedWeight {
+            kind,
+            n,
+            k,
+            qs,
+            d,
+            m,
+        })
+    }
+
+    /// Output rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.n
+    }
+
+    /// Input columns.
+    pub(crate) fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.qs.len() + 2 * (self.d.len() + self.m.len())
+    }
+
+    /// Panel `p`'s quants, scales and minimums.
+    fn panel(&self, p: usize) -> Panel<'_> {
+        let nb = self.k / QK;
+        let span = p * nb * PANEL..(p + 1) * nb * PANEL;
+        Panel {
+            kind: self.kind,
+            qs: &self.qs[p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
+            d: &self.d[span.clone()],
+            m: self.m.get(span).unwrap_or(&[]),
+            nb,
+        }
+    }
+}
+
+/// A source weight's identity: its bytes' address and length, dtype and rows.
+type PackKey = (usize, usize, DType, usize);
+
+/// The packed form of each weight, made once and shared by every partition that reads
+/// it (an executor per step bucket would otherwise pack its own copy). Entries are weak:
+/// a packed weight lives as long as some compiled partition uses it.
+#[derive(Default)]
+pub(crate) struct PackCache {
+    entries: Mutex<HashMap<PackKey, Weak<PackedWeight>>>,
+}
+
+impl PackCache {
+    /// The packed form of the `[n, k]` weight of `dtype` in `bytes`, or `None` when
+    /// this CPU has no packed kernel or `dtype` has no packed layout. `bytes` must stay
+    /// alive (and unchanged) while the result does: the cache keys by its address.
+    pub(crate) fn get(
+        &self,
+        dtype: DType,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+    ) -> Result<Option<Arc<PackedWeight>>, BackendError> {
+        let Some(kind) = PackedKind::of(dtype).filter(|_| available()) else {
+            return Ok(None);
+        };
+        let key = (bytes.as_ptr() as usize, bytes.len(), dtype, n);
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(packed) = entries.get(&key).and_then(Weak::upgrade) {
+            return Ok(Some(packed));
+        }
+        let packed = Arc::new(PackedWeight::pack(kind, bytes, n, k)?);
+        entries.retain(|_, w| w.strong_count() > 0);
+        entries.insert(key, Arc::downgrade(&packed));
+        Ok(Some(packed))
+    }
+}
+
+/// One panel of a [`PackedWeight`], as its kernels read it.
+#[derive(Clone, Copy)]
+struct Panel<'a> {
+    kind: PackedKind,
+    qs: &'a [u8],
+    d: &'a [u16],
+    m: &'a [u16],
+    nb: usize,
+}
+
+/// Quantized activation rows: [`BlockQ8`]s and each block's integer sum `Σq`.
+struct Activations {
+    blocks: Vec<BlockQ8>,
+    sums: Vec<i32>,
+    nb: usize,
+}
+
+impl Activations {
+    fn quantize(x: &[f32], m: usize, k: usize) -> Result<Activations, BackendError> {
+        let nb = k / QK;
+        let mut blocks = vec![BlockQ8::default(); m * nb];
+        for (q, x) in blocks.chunks_mut(nb.max(1)).zip(x.chunks(k.max(1))) {
+            quantize_row(x, q)?;
+        }
+        let sums = blocks
+            .iter()
+            .map(|b| b.qs.iter().map(|&q| q as i32).sum())
+            .collect();
+        Ok(Activations { blocks, sums, nb })
+    }
+
+    /// Rows `rows` of the activations.
+    fn rows(&self, rows: std::ops::Range<usize>) -> (&[BlockQ8], &[i32]) {
+        let span = rows.start * self.nb..rows.end * self.nb;
+        (&self.blocks[span.clone()], &self.sums[span])
+    }
+}
+
+/// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`.
+type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i32], usize, &mut [f32]);
+
+/// The packed kernel of this CPU, if it has one (AVX-512 with VNNI).
+fn kernel() -> Option<PanelFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static KERNEL: std::sync::OnceLock<Option<PanelFn>> = std::sync::OnceLock::new();
+        *KERNEL.get_or_init(avx512::kernel)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// Whether this CPU has packed kernels (so packing a weight pays).
+pub(crate) fn available() -> bool {
+    kernel().is_some()
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` over the packed weight, panels in parallel on the
+/// current rayon pool.
+pub(crate) fn matmul(
+    x: &[f32],
+    m: usize,
+    w: &PackedWeight,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let kernel = kernel().ok_or_else(|| {
+        BackendError::Device("packed weights need AVX-512 VNNI, which this CPU lacks".into())
+    })?;
+    matmul_with(kernel, x, m, w, out)
+}
+
+/// [`matmul`] with a given panel kernel (tests run the scalar twin through it).
+fn matmul_with(
+    kernel: PanelFn,
+    x: &[f32],
+    m: usize,
+    w: &PackedWeight,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (n, k) = (w.n, w.k);
+    if x.len() != m * k || out.len() != m * n {
+        return Err(BackendError::Input(format!(
+            "packed matmul: x has {} values and out {}, expected {m}×{k} and {m}×{n}",
+            x.len(),
+            out.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let acts = Activations::quantize(x, m, k)?;
+    let panels = n.div_ceil(PANEL);
+    // Output panel-major, `[panel][m][PANEL]`, so tasks own whole chunks; one row of
+    // activations with whole panels is already `out`'s layout.
+    let direct = m == 1 && n % PANEL == 0;
+    let mut staged = if direct {
+        Vec::new()
+    } else {
+        vec![0.0f32; panels * m * PANEL]
+    };
+    let target: &mut [f32] = if direct { out } else { &mut staged };
+    // A few tasks per pool thread, so one slowed by other work is balanced by the rest.
+    let per_task = panels.div_ceil(4 * rayon::current_num_threads()).max(1);
+    target
+        .par_chunks_mut(per_task * m * PANEL)
+        .enumerate()
+        .for_each(|(t, chunk)| {
+            for (i, o) in chunk.chunks_mut(m * PANEL).enumerate() {
+                let p = t * per_task + i;
+                for r0 in (0..m).step_by(ROW_GROUP) {
+                    let rows = ROW_GROUP.min(m - r0);
+                    let (xb, sums) = acts.rows(r0..r0 + rows);
+                    kernel(
+                        w.panel(p),
+                        xb,
+                        sums,
+                        rows,
+                        &mut o[r0 * PANEL..(r0 + rows) * PANEL],
+                    );
+                }
+            }
+        });
+    if !direct {
+        for (p, panel) in staged.chunks(m * PANEL).enumerate() {
+            let cols = PANEL.min(n - p * PANEL);
+            for (i, row) in panel.chunks(PANEL).enumerate() {
+                out[i * n + p * PANEL..][..cols].copy_from_slice(&row[..cols]);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! The portable twin of the packed kernels: the same integer sums and the same f32
+//! operations in the same order, so the SIMD kernels must match it bit for bit.
+
+use half::f16;
+
+use super::{PackedKind, Panel, PANEL};
+use crate::backend::cpu::simd::{BlockQ8, QK};
+
+/// `out[i·PANEL + r] = w row r of the panel · x row i` for `rows` rows of `x`.
+pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
+    let nb = w.nb;
+    let groups = w.kind.panel_qs() / (PANEL * 4);
+    for i in 0..rows {
+        for r in 0..PANEL {
+            let mut acc = 0.0f32;
+            for b in 0..nb {
+                let xb = &x[i * nb + b];
+                let qs = &w.qs[b * w.kind.panel_qs()..];
+                let mut dot = 0i32;
+                for g in 0..groups {
+                    for t in 0..4 {
+                        let byte = qs[(g * PANEL + r) * 4 + t];
+                        let (lo, hi) = match w.kind {
+                            PackedKind::Q8_0 => (byte, None),
+                            _ => (byte & 0x0F, Some(byte >> 4)),
+                        };
+                        dot += lo as i32 * xb.qs[4 * g + t] as i32;
+                        if let Some(hi) = hi {
+                            dot += hi as i32 * xb.qs[QK / 2 + 4 * g + t] as i32;
+                        }
+                    }
+                }
+                dot -= w.kind.int_offset() * sums[i * nb + b];
+                let d = f16::from_bits(w.d[b * PANEL + r]).to_f32();
+                acc = (dot as f32).mul_add(d * xb.d, acc);
+                if w.kind == PackedKind::Q4_1 {
+                    acc = f16::from_bits(w.m[b * PANEL + r])
+                        .to_f32()
+                        .mul_add(xb.s, acc);
+                }
+            }
+            out[i * PANEL + r] = acc;
+        }
+    }
+}

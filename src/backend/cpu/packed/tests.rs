@@ -1,0 +1,125 @@
+//! The packed kernels against f64 products of the dequantized weights, the AVX-512
+//! kernel against its scalar twin bit for bit, and rows alone against rows in a batch.
+
+use half::f16;
+
+use super::{kernel, matmul_with, scalar, PackedKind, PackedWeight, PANEL};
+use crate::backend::cpu::kernels::testutil::lcg;
+use crate::backend::cpu::quant::dequantize;
+use crate::backend::cpu::simd::QK;
+use crate::graph::DType;
+
+const KINDS: [(PackedKind, DType); 3] = [
+    (PackedKind::Q4_0, DType::Q4_0),
+    (PackedKind::Q4_1, DType::Q4_1),
+    (PackedKind::Q8_0, DType::Q8_0),
+];
+
+/// Random `[n, k]` blocks of `kind` with scales (and minimums) in a realistic range.
+fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let bytes = kind.block_bytes();
+    let noise = lcg(seed, n * k / QK * bytes);
+    let mut w: Vec<u8> = noise.iter().map(|v| (v * 255.0) as i32 as u8).collect();
+    for (b, block) in w.chunks_mut(bytes).enumerate() {
+        let d = 0.002 + 0.001 * (b % 13) as f32;
+        block[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        if kind == PackedKind::Q4_1 {
+            let m = -0.01 * (b % 7) as f32;
+            block[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
+        }
+    }
+    w
+}
+
+/// `x · wᵀ` in f64 from the dequantized weights and the unquantized activations.
+fn reference(dtype: DType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f64> {
+    let mut wf = vec![0.0f32; n * k];
+    dequantize(dtype, w, &mut wf).unwrap();
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k)
+                .map(|t| x[i * k + t] as f64 * wf[j * k + t] as f64)
+                .sum();
+        }
+    }
+    out
+}
+
+fn run(kernel: super::PanelFn, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; m * w.rows()];
+    matmul_with(kernel, x, m, w, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn scalar_twin_matches_an_f64_product() {
+    for (kind, dtype) in KINDS {
+        for (n, k, m) in [(16, 32, 1), (37, 96, 3), (64, 576, 9)] {
+            let raw = weights(kind, n, k, 7 + n as u64);
+            let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
+            let x: Vec<f32> = lcg(11 + m as u64, m * k)
+                .iter()
+                .map(|v| v * 2.0 - 1.0)
+                .collect();
+            let got = run(scalar::panel, &w, &x, m);
+            let want = reference(dtype, &raw, n, k, &x, m);
+            let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+            for (g, w) in got.iter().zip(&want) {
+                // Activations are quantized to 8 bits: about 1/254 of each block's range.
+                assert!(
+                    (*g as f64 - w).abs() <= 2e-2 * scale,
+                    "{kind:?} [{n},{k}]×{m}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
+    let Some(simd) = kernel() else {
+        println!("skipped: this CPU lacks AVX-512 VNNI");
+        return;
+    };
+    for (kind, _) in KINDS {
+        for (n, k) in [(16, 32), (40, 160), (96, 576)] {
+            let raw = weights(kind, n, k, 3 + k as u64);
+            let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
+            for m in [1, 2, 5, 8, 9, 19] {
+                let x: Vec<f32> = lcg(m as u64, m * k).iter().map(|v| v * 4.0 - 2.0).collect();
+                let got = run(simd, &w, &x, m);
+                let want = run(scalar::panel, &w, &x, m);
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{kind:?} [{n},{k}]×{m}"
+                );
+                for i in 0..m {
+                    let alone = run(simd, &w, &x[i * k..(i + 1) * k], 1);
+                    assert_eq!(
+                        alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        got[i * n..(i + 1) * n]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>(),
+                        "{kind:?} row {i} of {m}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packing_checks_sizes_and_pads_the_last_panel() {
+    let raw = weights(PackedKind::Q4_1, 20, 64, 1);
+    assert!(PackedWeight::pack(PackedKind::Q4_1, &raw[1..], 20, 64).is_err());
+    assert!(PackedWeight::pack(PackedKind::Q4_1, &raw, 20, 60).is_err());
+    let w = PackedWeight::pack(PackedKind::Q4_1, &raw, 20, 64).unwrap();
+    assert_eq!((w.rows(), w.cols()), (20, 64));
+    assert_eq!(w.d.len(), 2 * 2 * PANEL);
+    let mut out = vec![0.0; 3];
+    assert!(matmul_with(scalar::panel, &[0.0; 64], 1, &w, &mut out).is_err());
+}
