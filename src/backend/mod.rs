@@ -9,6 +9,7 @@ mod capability;
 pub mod cpu;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+mod kv_rows;
 mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -16,8 +17,9 @@ mod step;
 mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
+pub use kv_rows::{KvBlocks, KvRows, KV_BLOCK};
 pub use set::BackendSet;
-pub use step::{DeviceKv, KvCache, KvDType, KvLayout, KvRows, Segment, StepState};
+pub use step::{DeviceKv, KvCache, KvDType, KvLayout, Segment, StepState};
 pub use tensor::{
     plain_bytes, AlignedBytes, ByteOwner, DeviceBuffer, HostTensor, ResidentWeight, SharedBytes,
     Tensor, TensorData,

@@ -3,9 +3,7 @@
 
 use std::any::Any;
 
-use half::f16;
-
-use super::{BackendError, MemorySpace};
+use super::{BackendError, KvRows, MemorySpace};
 
 /// Element type of a KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
@@ -30,61 +28,6 @@ pub struct KvLayout {
     pub head_dim: usize,
     /// How keys and values are stored.
     pub dtype: KvDType,
-}
-
-/// One layer's keys or values, `[capacity, n_kv_heads · head_dim]`.
-#[derive(Clone, Debug)]
-pub enum KvRows {
-    /// Half-precision rows.
-    F16(Vec<f16>),
-    /// Single-precision rows.
-    F32(Vec<f32>),
-}
-
-impl KvRows {
-    /// Zeroed rows from the allocator's zeroed pages, so positions never written cost
-    /// no resident memory.
-    fn zeroed(dtype: KvDType, len: usize) -> KvRows {
-        match dtype {
-            KvDType::F16 => KvRows::F16(bytemuck::zeroed_vec(len)),
-            KvDType::F32 => KvRows::F32(bytemuck::zeroed_vec(len)),
-        }
-    }
-
-    /// Stores `values` at element offset `start`, converting to the storage type.
-    pub fn write(&mut self, start: usize, values: &[f32]) -> Result<(), BackendError> {
-        let end = start + values.len();
-        let out_of_range =
-            || BackendError::KvCache(format!("rows {start}..{end} exceed the cache"));
-        match self {
-            KvRows::F16(rows) => {
-                use half::slice::HalfFloatSliceExt;
-                rows.get_mut(start..end)
-                    .ok_or_else(out_of_range)?
-                    .convert_from_f32_slice(values);
-            }
-            KvRows::F32(rows) => rows
-                .get_mut(start..end)
-                .ok_or_else(out_of_range)?
-                .copy_from_slice(values),
-        }
-        Ok(())
-    }
-
-    /// Positions `0..len` of `width`-wide rows as `f32`.
-    pub fn read_f32(&self, len: usize, width: usize) -> Vec<f32> {
-        match self {
-            KvRows::F16(rows) => rows[..len * width].iter().map(|v| v.to_f32()).collect(),
-            KvRows::F32(rows) => rows[..len * width].to_vec(),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        match self {
-            KvRows::F16(rows) => rows.len() * 2,
-            KvRows::F32(rows) => rows.len() * 4,
-        }
-    }
 }
 
 /// A device's copy of a sequence's KV cache, kept inside the [`KvCache`] so that it
@@ -126,12 +69,13 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache with room for `layout.capacity` positions.
+    /// An empty cache with room for `layout.capacity` positions; memory is taken block by
+    /// block as positions are written.
     pub fn new(layout: KvLayout) -> KvCache {
-        let per_layer = layout.capacity * layout.n_kv_heads * layout.head_dim;
+        let width = layout.n_kv_heads * layout.head_dim;
         let layers = || {
             (0..layout.n_layers)
-                .map(|_| KvRows::zeroed(layout.dtype, per_layer))
+                .map(|_| KvRows::new(layout.dtype, width, layout.capacity))
                 .collect()
         };
         KvCache {
@@ -217,7 +161,7 @@ impl KvCache {
         Ok(())
     }
 
-    /// Bytes held, host rows and any device copy.
+    /// Bytes held now: the host blocks written so far and any device copy.
     pub fn bytes(&self) -> usize {
         let host: usize = self
             .keys

@@ -94,9 +94,19 @@ impl Sequence {
         self.context
     }
 
-    /// Bytes its KV cache holds (allocated for the whole context).
+    /// Bytes its KV cache holds now (blocks for the positions written so far).
     pub fn kv_bytes(&self) -> usize {
         self.kv.bytes()
+    }
+
+    /// Bytes its KV cache holds when all `context` positions are written.
+    pub fn kv_capacity_bytes(&self) -> usize {
+        let l = self.kv.layout();
+        let per = match l.dtype {
+            KvDType::F16 => 2,
+            KvDType::F32 => 4,
+        };
+        2 * l.n_layers * self.context * l.n_kv_heads * l.head_dim * per
     }
 }
 

@@ -55,13 +55,12 @@ impl GpuKv {
     /// Writes host rows `0..len` of `layer` to the device.
     pub fn upload(&self, layer: usize, len: usize, keys: &KvRows, values: &KvRows) {
         let (k, v) = &self.layers[layer];
-        let width = self.width();
         self.gpu
             .queue
-            .write_buffer(k, 0, bytemuck::cast_slice(&keys.read_f32(len, width)));
+            .write_buffer(k, 0, bytemuck::cast_slice(&keys.read_f32(len)));
         self.gpu
             .queue
-            .write_buffer(v, 0, bytemuck::cast_slice(&values.read_f32(len, width)));
+            .write_buffer(v, 0, bytemuck::cast_slice(&values.read_f32(len)));
     }
 }
 

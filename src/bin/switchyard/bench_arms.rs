@@ -121,7 +121,7 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
     let gpu_arms = req.arms.iter().filter(|a| a.as_str() != "cpu").count() as u64;
     let kv_bytes: u64 = runners
         .iter()
-        .map(|(_, r)| r.new_sequence().kv_bytes() as u64)
+        .map(|(_, r)| r.new_sequence().kv_capacity_bytes() as u64)
         .sum();
     let working_set = file_bytes * (1 + gpu_arms) + kv_bytes;
     let gen_tokens = req.gen_tokens;

@@ -194,7 +194,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         model: ModelReport {
             path: model.path.display().to_string(),
             file_bytes: model_bytes(&model.path)?,
-            kv_bytes: runner.new_sequence().kv_bytes(),
+            kv_bytes: runner.new_sequence().kv_capacity_bytes(),
             kv_dtype: runner.kv_dtype(),
             ctx,
             n_layers: model.config.n_layers,

@@ -6,7 +6,7 @@ use super::check_len;
 use super::float::widen_f16;
 use half::f16;
 
-use crate::backend::{BackendError, KvRows, StepState};
+use crate::backend::{BackendError, KvBlocks, KvRows, StepState, KV_BLOCK};
 
 /// Attention attributes (see [`crate::graph::Op::Attention`]).
 #[derive(Clone, Copy, Debug)]
@@ -80,8 +80,8 @@ pub(crate) fn attention(
         }
         let (keys, values) = cache.layer_mut(p.layer, kv_len)?;
         let new = rows.start * kv_width..rows.end * kv_width;
-        keys.write(kv_len * kv_width, &k[new.clone()])?;
-        values.write(kv_len * kv_width, &v[new])?;
+        keys.write(kv_len, &k[new.clone()])?;
+        values.write(kv_len, &v[new])?;
         spans.push((rows, kv_len));
     }
     let mut caches = Vec::with_capacity(spans.len());
@@ -121,7 +121,6 @@ pub(crate) fn attention(
                     group,
                     keys,
                     values,
-                    kv_width,
                     kv_off: kv_head * dh,
                     first_seen: kv_len + (first - rows.start) + 1,
                     head_dim: dh,
@@ -170,28 +169,30 @@ fn wide_vectors_available() -> bool {
 /// One layer's cached keys or values, borrowed in their storage type.
 #[derive(Clone, Copy)]
 enum Rows<'a> {
-    F16(&'a [f16]),
-    F32(&'a [f32]),
+    F16(&'a [Box<[f16]>], usize),
+    F32(&'a [Box<[f32]>], usize),
 }
 
 impl<'a> Rows<'a> {
     fn of(rows: &'a KvRows) -> Rows<'a> {
-        match rows {
-            KvRows::F16(r) => Rows::F16(r),
-            KvRows::F32(r) => Rows::F32(r),
+        match rows.blocks() {
+            KvBlocks::F16(b) => Rows::F16(b, rows.width()),
+            KvBlocks::F32(b) => Rows::F32(b, rows.width()),
         }
     }
 
-    /// `len` values from element `start` as f32: borrowed, or converted into `buf`.
+    /// `buf.len()` values of position `pos` from offset `off` as f32: borrowed, or
+    /// converted into `buf`.
     #[inline(always)]
-    fn get<'b>(self, start: usize, buf: &'b mut [f32]) -> &'b [f32]
+    fn get<'b>(self, pos: usize, off: usize, buf: &'b mut [f32]) -> &'b [f32]
     where
         'a: 'b,
     {
+        let (block, within) = (pos / KV_BLOCK, pos % KV_BLOCK);
         match self {
-            Rows::F32(r) => &r[start..start + buf.len()],
-            Rows::F16(r) => {
-                widen_f16(&r[start..start + buf.len()], buf);
+            Rows::F32(b, width) => &b[block][within * width + off..][..buf.len()],
+            Rows::F16(b, width) => {
+                widen_f16(&b[block][within * width + off..][..buf.len()], buf);
                 buf
             }
         }
@@ -216,11 +217,10 @@ struct GroupTask<'a> {
     head_off: usize,
     /// Query heads per kv head.
     group: usize,
-    /// The layer's keys, `[capacity, kv_width]`.
+    /// The layer's keys.
     keys: Rows<'a>,
-    /// The layer's values, `[capacity, kv_width]`.
+    /// The layer's values.
     values: Rows<'a>,
-    kv_width: usize,
     /// Offset of this kv head within a key or value row.
     kv_off: usize,
     /// Cache positions the block's first token attends to; each later token sees one more.
@@ -265,7 +265,7 @@ impl GroupTask<'_> {
         scores.clear();
         scores.resize(rows * seen_max, 0.0);
         for j in 0..seen_max {
-            let key = self.keys.get(j * self.kv_width + self.kv_off, row);
+            let key = self.keys.get(j, self.kv_off, row);
             for r in first_row(j)..rows {
                 scores[r * seen_max + j] = self.scale * dot::<FMA>(self.query(r), key);
             }
@@ -284,7 +284,7 @@ impl GroupTask<'_> {
         }
         out.fill(0.0);
         for j in 0..seen_max {
-            let value = self.values.get(j * self.kv_width + self.kv_off, row);
+            let value = self.values.get(j, self.kv_off, row);
             for r in first_row(j)..rows {
                 axpy::<FMA>(
                     scores[r * seen_max + j],
@@ -405,18 +405,27 @@ mod tests {
     fn vectorised_and_portable_loops_agree() {
         let dh = 13;
         let (queries, keys, values) = (lcg(30, 3 * dh), lcg(31, 9 * 2 * dh), lcg(32, 9 * 2 * dh));
-        let (keys16, values16): (Vec<f16>, Vec<f16>) = (
-            keys.iter().map(|&v| f16::from_f32(v)).collect(),
-            values.iter().map(|&v| f16::from_f32(v)).collect(),
-        );
+        // One block each, the positions past the ninth never read.
+        let block = |v: &[f32]| {
+            let mut b = v.to_vec();
+            b.resize(KV_BLOCK * 2 * dh, f32::NAN);
+            vec![b.into_boxed_slice()]
+        };
+        let half = |b: &[Box<[f32]>]| -> Vec<Box<[f16]>> {
+            b.iter()
+                .map(|b| b.iter().map(|&v| f16::from_f32(v)).collect())
+                .collect()
+        };
+        let (keys32, values32) = (block(&keys), block(&values));
+        let (keys16, values16) = (half(&keys32), half(&values32));
         let scratch = || Scratch {
             scores: Vec::new(),
             row: Vec::new(),
         };
         let mut by_storage = Vec::new();
         for (k, v) in [
-            (Rows::F32(&keys), Rows::F32(&values)),
-            (Rows::F16(&keys16), Rows::F16(&values16)),
+            (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
+            (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
         ] {
             let task = GroupTask {
                 queries: &queries,
@@ -425,7 +434,6 @@ mod tests {
                 group: 3,
                 keys: k,
                 values: v,
-                kv_width: 2 * dh,
                 kv_off: dh,
                 first_seen: 9,
                 head_dim: dh,
