@@ -327,10 +327,10 @@ fn deliver(
         return false;
     };
     match event {
-        sched::Event::Text(piece) => {
+        sched::Event::Text { text, .. } => {
             !job.cancel.load(Ordering::Relaxed)
                 && !shutdown.load(Ordering::Relaxed)
-                && job.events.send(Event::Text(piece.to_string())).is_ok()
+                && job.events.send(Event::Text(text.to_string())).is_ok()
         }
         sched::Event::Done(result) => {
             let job = jobs.remove(&id).expect("looked up above");
