@@ -1,7 +1,8 @@
 //! `switchyard serve` answers every bad request with the right 4xx and an OpenAI-style
 //! error body, and keeps serving: malformed JSON, missing fields, wrong types, an
-//! unknown model, bad `max_tokens`, a prompt longer than the context, an unknown role,
-//! an oversized body, unknown paths and methods, and garbage on the socket.
+//! unknown model, bad `max_tokens`, `n` or log-probability settings, a prompt longer
+//! than the context, an unknown role, an oversized body, unknown paths and methods, and
+//! garbage on the socket.
 
 mod server_support;
 
@@ -157,6 +158,49 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         "invalid_value",
         Some("top_p"),
     );
+
+    // n and log-probability settings out of range, or on the wrong endpoint.
+    let completions = "/v1/completions";
+    let out_of_range = [
+        (chat, json!({"messages": user("hi"), "n": 17}), "n"),
+        (chat, json!({"messages": user("hi"), "n": 0}), "n"),
+        (completions, json!({"prompt": "hi", "n": 17}), "n"),
+        (
+            chat,
+            json!({"messages": user("hi"), "top_logprobs": 2}),
+            "top_logprobs",
+        ),
+        (
+            chat,
+            json!({"messages": user("hi"), "logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "logprobs": 6}),
+            "logprobs",
+        ),
+    ];
+    for (path, body, param) in out_of_range {
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "invalid_value", Some(param));
+    }
+    let wrong_shape = [
+        (
+            chat,
+            json!({"messages": user("hi"), "logprobs": 3}),
+            "logprobs",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "logprobs": true}),
+            "logprobs",
+        ),
+    ];
+    for (path, body, param) in wrong_shape {
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "invalid_type", Some(param));
+    }
 
     // A prompt longer than the context, and one that fits but leaves no room.
     let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
