@@ -4,8 +4,9 @@ Run by tests/server_openai.rs with the server's base URL as the only argument: a
 non-streaming and a streaming chat completion with the default model (the streamed
 text must equal the non-streamed text for the same seed at temperature 0), a
 completion, the model list, n = 3 choices (whole and streamed), log-probabilities in
-both of OpenAI's shapes (whole and streamed) parsed by the client's own types, and an
-error the client maps to its own exception.
+both of OpenAI's shapes (whole and streamed) parsed by the client's own types, and
+errors the client maps to its own exceptions (an unknown model, parameters the server
+does not implement).
 """
 
 import sys
@@ -70,6 +71,7 @@ def main(base_url: str) -> None:
 
     check_choices(client, model, messages)
     check_logprobs(client, model, messages)
+    check_refusals(client, model, messages)
 
     print(f"openai {openai.__version__}: chat {text!r}, completion {completion.choices[0].text!r}")
 
@@ -150,6 +152,29 @@ def check_logprobs(client: OpenAI, model: str, messages: list) -> None:
             if c.logprobs is not None:
                 streamed.extend(zip(c.logprobs.tokens, c.logprobs.text_offset))
     assert streamed == list(zip(logprobs.tokens, logprobs.text_offset)), streamed
+
+
+def check_refusals(client: OpenAI, model: str, messages: list) -> None:
+    """Parameters the server does not implement are 400s naming them."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    refused = [
+        ("tools", dict(tools=[tool])),
+        ("tool_choice", dict(tool_choice="auto")),
+        ("response_format", dict(response_format={"type": "json_object"})),
+        ("logit_bias", dict(logit_bias={"42": 5})),
+        ("n", dict(n=17)),
+        ("top_logprobs", dict(top_logprobs=2)),
+    ]
+    for param, extra in refused:
+        try:
+            client.chat.completions.create(model=model, messages=messages, max_tokens=2, **extra)
+            raise AssertionError(f"{param} was accepted")
+        except openai.BadRequestError as error:
+            assert error.param == param, (param, error)
+    plain = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=2, response_format={"type": "text"}
+    )
+    assert plain.choices[0].message.content is not None, plain
 
 
 if __name__ == "__main__":

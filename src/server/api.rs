@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use super::fields;
 use super::reply::Kind;
 use crate::model::chat_template::Message;
 
@@ -68,8 +69,10 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    /// Reads the sampling and output fields of a `kind` request body.
+    /// Reads the sampling and output fields of a `kind` request body, after refusing
+    /// the fields it does not implement.
     pub fn parse(body: &Body, kind: Kind) -> Result<Params, ApiError> {
+        fields::check_request(body, kind)?;
         let model = opt_str(body, "model")?;
         let temperature = opt_f64(body, "temperature")?.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
@@ -113,6 +116,15 @@ impl Params {
                 "n",
                 format!("n must be between 1 and {MAX_CHOICES}, got {n}."),
             ));
+        }
+        if let Some(best_of) = opt_int(body, "best_of")? {
+            if best_of != n {
+                return Err(ApiError::invalid(
+                    "unsupported_parameter",
+                    Some("best_of"),
+                    format!("best_of other than n ({n}) is not supported, got {best_of}."),
+                ));
+            }
         }
         let include_usage = match body.get("stream_options") {
             None | Some(Value::Null) => false,
@@ -189,6 +201,7 @@ fn message(i: usize, item: &Value) -> Result<Message, ApiError> {
     let Value::Object(obj) = item else {
         return Err(ApiError::wrong_type(&format!("messages[{i}]"), "an object"));
     };
+    fields::check_message(i, obj)?;
     let role = match obj.get("role") {
         None | Some(Value::Null) => return Err(ApiError::missing(&at("role"))),
         Some(Value::String(role)) => role.as_str(),
@@ -346,6 +359,7 @@ mod tests {
         assert_eq!(code(r#"{"stop": 3}"#), "invalid_type");
         assert_eq!(code(r#"{"n": 0}"#), "invalid_value");
         assert_eq!(code(r#"{"n": 17}"#), "invalid_value");
+        assert_eq!(code(r#"{"tools": []}"#), "unsupported_parameter");
     }
 
     #[test]
@@ -358,6 +372,7 @@ mod tests {
         assert_eq!(chat(r#"{"logprobs": false}"#).unwrap().logprobs, None);
         assert_eq!(text(r#"{"logprobs": 5}"#).unwrap().logprobs, Some(5));
         assert_eq!(text(r#"{"logprobs": 0}"#).unwrap().logprobs, Some(0));
+        assert_eq!(text(r#"{"n": 3, "best_of": 3}"#).unwrap().n, 3);
         let refused = |result: Result<Params, ApiError>| {
             let e = result.unwrap_err();
             (e.code, e.param.unwrap_or_default())
@@ -372,6 +387,8 @@ mod tests {
         assert_eq!(legacy_many, ("invalid_value", "logprobs".into()));
         let bool_on_text = refused(text(r#"{"logprobs": true}"#));
         assert_eq!(bool_on_text, ("invalid_type", "logprobs".into()));
+        let best_of = refused(text(r#"{"best_of": 2}"#));
+        assert_eq!(best_of, ("unsupported_parameter", "best_of".into()));
     }
 
     #[test]
