@@ -93,7 +93,7 @@ fn staggered_generations_match_each_run_alone() {
         }
         let report = scheduler.step(&mut runner, &mut |id, event| {
             match event {
-                Event::Text(piece) => texts.entry(id).or_default().push_str(piece),
+                Event::Text { text, .. } => texts.entry(id).or_default().push_str(text),
                 Event::Done(result) => {
                     done.insert(id, result.unwrap());
                 }
@@ -139,7 +139,7 @@ fn refusals_and_cancellations_leave_the_others_running() {
     let mut ended: HashMap<u64, FinishReason> = HashMap::new();
     let mut on_event = |id: u64, event: Event<'_>| match event {
         // Sequence 1's client goes away at its first text.
-        Event::Text(_) => id != 1,
+        Event::Text { .. } => id != 1,
         Event::Done(result) => {
             ended.insert(id, result.unwrap().finish_reason);
             false

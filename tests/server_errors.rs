@@ -1,7 +1,8 @@
 //! `switchyard serve` answers every bad request with the right 4xx and an OpenAI-style
 //! error body, and keeps serving: malformed JSON, missing fields, wrong types, an
-//! unknown model, bad `max_tokens`, a prompt longer than the context, an unknown role,
-//! an oversized body, unknown paths and methods, and garbage on the socket.
+//! unknown model, bad `max_tokens`, `n` or log-probability settings, parameters it does
+//! not implement or know, a prompt longer than the context, an unknown role, an
+//! oversized body, unknown paths and methods, and garbage on the socket.
 
 mod server_support;
 
@@ -158,6 +159,128 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         Some("top_p"),
     );
 
+    // n and log-probability settings out of range, or on the wrong endpoint.
+    let completions = "/v1/completions";
+    let out_of_range = [
+        (chat, json!({"messages": user("hi"), "n": 17}), "n"),
+        (chat, json!({"messages": user("hi"), "n": 0}), "n"),
+        (completions, json!({"prompt": "hi", "n": 17}), "n"),
+        (
+            chat,
+            json!({"messages": user("hi"), "top_logprobs": 2}),
+            "top_logprobs",
+        ),
+        (
+            chat,
+            json!({"messages": user("hi"), "logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "logprobs": 6}),
+            "logprobs",
+        ),
+    ];
+    for (path, body, param) in out_of_range {
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "invalid_value", Some(param));
+    }
+    let wrong_shape = [
+        (
+            chat,
+            json!({"messages": user("hi"), "logprobs": 3}),
+            "logprobs",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "logprobs": true}),
+            "logprobs",
+        ),
+    ];
+    for (path, body, param) in wrong_shape {
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "invalid_type", Some(param));
+    }
+
+    // Parameters that would change the result and are not implemented are refused by
+    // name (unless they hold their neutral value), and so are unknown ones.
+    let tool = json!({"type": "function", "function": {"name": "f"}});
+    let unsupported = [
+        (chat, json!({"tools": [tool]}), "tools"),
+        (chat, json!({"tool_choice": "auto"}), "tool_choice"),
+        (
+            chat,
+            json!({"parallel_tool_calls": true}),
+            "parallel_tool_calls",
+        ),
+        (chat, json!({"functions": [{"name": "f"}]}), "functions"),
+        (chat, json!({"function_call": "auto"}), "function_call"),
+        (
+            chat,
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (chat, json!({"logit_bias": {"42": 5}}), "logit_bias"),
+        (chat, json!({"frequency_penalty": 0.5}), "frequency_penalty"),
+        (chat, json!({"presence_penalty": -1}), "presence_penalty"),
+        (chat, json!({"modalities": ["text", "audio"]}), "modalities"),
+        (chat, json!({"reasoning_effort": "low"}), "reasoning_effort"),
+        (completions, json!({"echo": true}), "echo"),
+        (completions, json!({"suffix": "end"}), "suffix"),
+        (completions, json!({"best_of": 3}), "best_of"),
+        (completions, json!({"logit_bias": {"42": 5}}), "logit_bias"),
+    ];
+    for (path, extra, param) in unsupported {
+        let mut body = if path == chat {
+            json!({"messages": user("hi")})
+        } else {
+            json!({"prompt": "hi"})
+        };
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "unsupported_parameter", Some(param));
+        assert!(
+            response.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(param),
+            "{}",
+            response.text()
+        );
+    }
+    let named = json!({"messages": [{"role": "user", "content": "hi", "name": "bob"}]});
+    let response = post(addr, chat, &named);
+    assert_error(
+        &response,
+        400,
+        "unsupported_parameter",
+        Some("messages[0].name"),
+    );
+    let unknown = [
+        (chat, json!({"messages": user("hi"), "top_k": 40}), "top_k"),
+        (
+            chat,
+            json!({"messages": user("hi"), "prompt": "x"}),
+            "prompt",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "ignore_eos": true}),
+            "ignore_eos",
+        ),
+        (
+            completions,
+            json!({"prompt": "hi", "top_logprobs": 2}),
+            "top_logprobs",
+        ),
+    ];
+    for (path, body, param) in unknown {
+        let response = post(addr, path, &body);
+        assert_error(&response, 400, "unknown_parameter", Some(param));
+    }
+
     // A prompt longer than the context, and one that fits but leaves no room.
     let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
     let body = json!({"prompt": long, "max_tokens": 1});
@@ -201,7 +324,9 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let id = models["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(get(addr, &format!("/v1/models/{id}")).status, 200);
     for model in [json!(id), Value::Null] {
-        let body = json!({"model": model, "prompt": "The capital of France is", "max_tokens": 2, "temperature": 0});
+        // Neutral values of unimplemented parameters and bookkeeping fields are accepted.
+        let body = json!({"model": model, "prompt": "The capital of France is", "max_tokens": 2,
+                          "temperature": 0, "echo": false, "logit_bias": {}, "user": "test"});
         let ok = post(addr, "/v1/completions", &body);
         assert_eq!(ok.status, 200, "{}", ok.text());
         let ok = ok.json();

@@ -3,7 +3,10 @@
 Run by tests/server_openai.rs with the server's base URL as the only argument: a
 non-streaming and a streaming chat completion with the default model (the streamed
 text must equal the non-streamed text for the same seed at temperature 0), a
-completion, the model list, and an error the client maps to its own exception.
+completion, the model list, n = 3 choices (whole and streamed), log-probabilities in
+both of OpenAI's shapes (whole and streamed) parsed by the client's own types, and
+errors the client maps to its own exceptions (an unknown model, parameters the server
+does not implement).
 """
 
 import sys
@@ -66,7 +69,112 @@ def main(base_url: str) -> None:
     except openai.NotFoundError as error:
         assert error.code == "model_not_found", error
 
+    check_choices(client, model, messages)
+    check_logprobs(client, model, messages)
+    check_refusals(client, model, messages)
+
     print(f"openai {openai.__version__}: chat {text!r}, completion {completion.choices[0].text!r}")
+
+
+def check_choices(client: OpenAI, model: str, messages: list) -> None:
+    """n = 3 gives three choices, indexed 0..2, whole and streamed, chat and completion."""
+    settings = dict(model=model, messages=messages, max_tokens=8, temperature=1.0, seed=5, n=3)
+    whole = client.chat.completions.create(**settings)
+    assert [c.index for c in whole.choices] == [0, 1, 2], whole
+    texts = [c.message.content for c in whole.choices]
+    assert all(texts), texts
+    assert whole.usage.completion_tokens <= 3 * 8, whole.usage
+
+    streamed, finished = ["", "", ""], set()
+    for chunk in client.chat.completions.create(**settings, stream=True):
+        for c in chunk.choices:
+            streamed[c.index] += c.delta.content or ""
+            if c.finish_reason:
+                finished.add(c.index)
+    assert streamed == texts, (streamed, texts)
+    assert finished == {0, 1, 2}, finished
+
+    completion = client.completions.create(
+        model=model, prompt="Once upon a time", max_tokens=4, temperature=0, n=3
+    )
+    assert [c.index for c in completion.choices] == [0, 1, 2], completion
+    assert len({c.text for c in completion.choices}) == 1, completion
+
+
+def check_logprobs(client: OpenAI, model: str, messages: list) -> None:
+    """Chat's logprobs.content entries and the completions' legacy object, as typed by
+    the client: one entry per generated token, alternatives best first."""
+    settings = dict(model=model, messages=messages, max_tokens=6, temperature=0)
+    whole = client.chat.completions.create(**settings, logprobs=True, top_logprobs=3)
+    choice = whole.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == whole.usage.completion_tokens, (content, whole.usage)
+    for entry in content:
+        assert isinstance(entry.token, str) and entry.logprob <= 0, entry
+        assert entry.bytes == list(entry.token.encode()), entry
+        assert len(entry.top_logprobs) == 3, entry
+        best = [t.logprob for t in entry.top_logprobs]
+        assert best == sorted(best, reverse=True), entry
+        assert entry.logprob <= best[0] + 1e-6, entry
+    assert "".join(e.token for e in content).startswith(choice.message.content), content
+
+    streamed = []
+    for chunk in client.chat.completions.create(
+        **settings, logprobs=True, top_logprobs=3, stream=True
+    ):
+        for c in chunk.choices:
+            if c.logprobs is not None and c.logprobs.content:
+                streamed.extend(c.logprobs.content)
+    assert [(e.token, e.logprob) for e in streamed] == [
+        (e.token, e.logprob) for e in content
+    ], (streamed, content)
+
+    plain = client.chat.completions.create(**settings, logprobs=True)
+    assert all(e.top_logprobs == [] for e in plain.choices[0].logprobs.content), plain
+    assert client.chat.completions.create(**settings).choices[0].logprobs is None
+
+    completion = client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=4, temperature=0, logprobs=2
+    )
+    logprobs = completion.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 4, logprobs
+    assert len(logprobs.top_logprobs) == len(logprobs.text_offset) == 4, logprobs
+    assert all(2 <= len(top) <= 3 for top in logprobs.top_logprobs), logprobs
+    assert logprobs.text_offset[0] == 0, logprobs
+    assert "".join(logprobs.tokens) == completion.choices[0].text, logprobs
+
+    streamed = []
+    for chunk in client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=4, temperature=0,
+        logprobs=2, stream=True,
+    ):
+        for c in chunk.choices:
+            if c.logprobs is not None:
+                streamed.extend(zip(c.logprobs.tokens, c.logprobs.text_offset))
+    assert streamed == list(zip(logprobs.tokens, logprobs.text_offset)), streamed
+
+
+def check_refusals(client: OpenAI, model: str, messages: list) -> None:
+    """Parameters the server does not implement are 400s naming them."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    refused = [
+        ("tools", dict(tools=[tool])),
+        ("tool_choice", dict(tool_choice="auto")),
+        ("response_format", dict(response_format={"type": "json_object"})),
+        ("logit_bias", dict(logit_bias={"42": 5})),
+        ("n", dict(n=17)),
+        ("top_logprobs", dict(top_logprobs=2)),
+    ]
+    for param, extra in refused:
+        try:
+            client.chat.completions.create(model=model, messages=messages, max_tokens=2, **extra)
+            raise AssertionError(f"{param} was accepted")
+        except openai.BadRequestError as error:
+            assert error.param == param, (param, error)
+    plain = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=2, response_format={"type": "text"}
+    )
+    assert plain.choices[0].message.content is not None, plain
 
 
 if __name__ == "__main__":

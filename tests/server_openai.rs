@@ -1,14 +1,23 @@
 //! The official `openai` Python client against `switchyard serve` (tests/server_openai.py):
-//! chat with and without streaming (same text), a completion, the model list and an
-//! error. Skips with a message when python3 lacks `openai`, unless
-//! SWITCHYARD_REQUIRE_OPENAI=1 (CI sets it through scripts/test), which makes that a failure.
+//! chat with and without streaming (same text), a completion, the model list, `n`
+//! choices, log-probabilities and errors. Skips with a message when python3 lacks
+//! `openai`, unless SWITCHYARD_REQUIRE_OPENAI=1 (CI sets it through scripts/test), which
+//! makes that a failure.
+//!
+//! Without Python: `logprobs` agree with `switchyard generate --top-logits` for the same
+//! prompt, and `n` choices are what `n` requests with seeds seed, seed + 1, … give.
 
 mod server_support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use server_support::Server;
+use serde_json::{json, Value};
+use server_support::{chunks, post, Server};
+use switchyard::model::{fetch, Model};
+
+/// Context of the servers and `generate` runs here.
+const CTX: &str = "512";
 
 fn openai_available() -> bool {
     Command::new("python3")
@@ -60,4 +69,292 @@ fn the_openai_python_client_chats_streams_and_completes() {
         server.log.lock().unwrap()
     );
     println!("{stdout}");
+}
+
+/// `switchyard generate` of `prompt` on the CPU, greedy, `tokens` long, with every logit
+/// of every step: the JSON report.
+fn generate_every_logit(prompt: &str, chat: bool, tokens: usize) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    command.args([
+        "generate",
+        "--backends",
+        "cpu",
+        "--ctx",
+        CTX,
+        "--temperature",
+        "0",
+    ]);
+    command.args([
+        "--json",
+        "--top-logits",
+        "1000000",
+        "-n",
+        &tokens.to_string(),
+    ]);
+    if chat {
+        command.arg("--chat");
+    }
+    let out = command
+        .arg(prompt)
+        .output()
+        .expect("switchyard generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+/// Per step of a `generate` report, `(id, log-softmax)` of every token, best first.
+fn log_softmax_steps(report: &Value) -> Vec<Vec<(u32, f64)>> {
+    report["top_logits"]
+        .as_array()
+        .expect("top_logits")
+        .iter()
+        .map(|step| {
+            let logits: Vec<(u32, f64)> = step
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    (
+                        t["id"].as_u64().unwrap() as u32,
+                        t["logit"].as_f64().unwrap(),
+                    )
+                })
+                .collect();
+            let max = logits.iter().map(|l| l.1).fold(f64::NEG_INFINITY, f64::max);
+            let norm = max + logits.iter().map(|l| (l.1 - max).exp()).sum::<f64>().ln();
+            logits.into_iter().map(|(id, l)| (id, l - norm)).collect()
+        })
+        .collect()
+}
+
+/// Asserts that `logprob` is within 1e-4 of `expected`.
+fn close(logprob: &Value, expected: f64, what: &str) {
+    let got = logprob
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what}: {logprob}"));
+    assert!(
+        (got - expected).abs() < 1e-4,
+        "{what}: server {got}, generate {expected}"
+    );
+}
+
+/// The expected log-probability of the alternative `token` at a step: the best of the
+/// step's ids whose text is `token` (texts of partial characters can coincide).
+fn alternative(model: &Model, step: &[(u32, f64)], token: &Value, rank: usize) -> f64 {
+    let token = token.as_str().expect("a token text");
+    step.iter()
+        .take(rank + 8)
+        .find(|(id, _)| model.tokenizer.token_to_piece(*id).unwrap() == token)
+        .unwrap_or_else(|| panic!("{token:?} is not among generate's best at rank {rank}"))
+        .1
+}
+
+#[test]
+fn logprobs_agree_with_generate_top_logits_for_the_same_prompt() {
+    let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
+    let piece = |id: u32| model.tokenizer.token_to_piece(id).unwrap();
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
+    let question = "What is the capital of France?";
+    const TOKENS: usize = 8;
+
+    // Chat: logprobs with the 20 best alternatives, whole and streamed.
+    let body = json!({
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": TOKENS, "temperature": 0, "logprobs": true, "top_logprobs": 20,
+    });
+    let whole = post(server.addr, "/v1/chat/completions", &body);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let whole = whole.json();
+    let content = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs.content")
+        .clone();
+    let report = generate_every_logit(question, true, TOKENS);
+    let steps = log_softmax_steps(&report);
+    let ids: Vec<u32> = report["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(content.len(), ids.len(), "one entry per generated token");
+    for (i, (entry, &id)) in content.iter().zip(&ids).enumerate() {
+        let step = &steps[i];
+        assert_eq!(entry["token"], piece(id), "step {i}");
+        let bytes: Vec<u8> = serde_json::from_value(entry["bytes"].clone()).unwrap();
+        assert_eq!(bytes, piece(id).into_bytes(), "step {i}");
+        let expected = step.iter().find(|t| t.0 == id).unwrap().1;
+        close(&entry["logprob"], expected, &format!("step {i}"));
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 20, "step {i}");
+        close(&top[0]["logprob"], step[0].1, &format!("step {i}, best"));
+        for (rank, alt) in top.iter().enumerate() {
+            let expected = alternative(&model, step, &alt["token"], rank);
+            close(&alt["logprob"], expected, &format!("step {i}, rank {rank}"));
+        }
+    }
+    let mut stream_body = body.clone();
+    stream_body["stream"] = json!(true);
+    let streamed = post(server.addr, "/v1/chat/completions", &stream_body);
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    let streamed_content: Vec<Value> = chunks(&streamed.text())
+        .iter()
+        .flat_map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        streamed_content, content,
+        "streamed chunks carry the same entries"
+    );
+
+    // Completions: the legacy shape with 5 alternatives.
+    let prompt = "The capital of France is";
+    let body = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0, "logprobs": 5});
+    let whole = post(server.addr, "/v1/completions", &body);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let whole = whole.json();
+    let logprobs = &whole["choices"][0]["logprobs"];
+    let report = generate_every_logit(prompt, false, 4);
+    let steps = log_softmax_steps(&report);
+    let ids = report["tokens"].as_array().unwrap();
+    let mut offset = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let id = id.as_u64().unwrap() as u32;
+        let step = &steps[i];
+        assert_eq!(logprobs["tokens"][i], piece(id), "step {i}");
+        assert_eq!(logprobs["text_offset"][i], offset, "step {i}");
+        offset += piece(id).chars().count();
+        let expected = step.iter().find(|t| t.0 == id).unwrap().1;
+        close(
+            &logprobs["token_logprobs"][i],
+            expected,
+            &format!("step {i}"),
+        );
+        let top = logprobs["top_logprobs"][i].as_object().unwrap();
+        assert!(
+            (5..=6).contains(&top.len()),
+            "5 best and the token: {top:?}"
+        );
+        for (rank, (token, logprob)) in top.iter().enumerate() {
+            let expected = alternative(&model, step, &json!(token), rank);
+            close(logprob, expected, &format!("step {i}, {token:?}"));
+        }
+    }
+    assert_eq!(logprobs["tokens"].as_array().unwrap().len(), ids.len());
+}
+
+/// The text of every choice of a whole reply, by index.
+fn choice_texts(reply: &Value) -> Vec<String> {
+    let choices = reply["choices"].as_array().expect("choices");
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i, "{reply}");
+    }
+    choices
+        .iter()
+        .map(|c| {
+            c["message"]["content"]
+                .as_str()
+                .or_else(|| c["text"].as_str())
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn n_choices_are_the_requests_with_seeds_seed_plus_i() {
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
+    let chat = "/v1/chat/completions";
+    let ask = |extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 10,
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let response = post(server.addr, chat, &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()
+    };
+
+    // Greedy: three identical choices; usage counts the prompt once.
+    let one = ask(json!({"temperature": 0}));
+    let three = ask(json!({"temperature": 0, "n": 3}));
+    let texts = choice_texts(&three);
+    assert_eq!(texts, vec![choice_texts(&one)[0].clone(); 3]);
+    let usage = &three["usage"];
+    assert_eq!(usage["prompt_tokens"], one["usage"]["prompt_tokens"]);
+    assert_eq!(
+        usage["completion_tokens"],
+        3 * one["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+        )
+    );
+
+    // Sampled with a seed: choice i is the single request with seed + i.
+    let sampled = ask(json!({"temperature": 1.0, "seed": 11, "n": 3}));
+    let texts = choice_texts(&sampled);
+    for (i, text) in texts.iter().enumerate() {
+        let alone = ask(json!({"temperature": 1.0, "seed": 11 + i}));
+        assert_eq!(text, &choice_texts(&alone)[0], "choice {i}");
+    }
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "{texts:?}");
+
+    // Streamed: a role chunk, text and a finish reason per index, then one usage chunk.
+    let body = json!({
+        "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 10,
+        "temperature": 1.0, "seed": 11, "n": 3, "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let streamed = post(server.addr, chat, &body);
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    let mut text = vec![String::new(); 3];
+    let (mut roles, mut finished, mut usage) = (vec![0; 3], vec![0; 3], None);
+    for chunk in chunks(&streamed.text()) {
+        if !chunk["usage"].is_null() {
+            usage = Some(chunk["usage"].clone());
+        }
+        for choice in chunk["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            if choice["delta"]["role"] == "assistant" {
+                roles[i] += 1;
+            }
+            text[i].push_str(choice["delta"]["content"].as_str().unwrap_or(""));
+            if choice["finish_reason"].is_string() {
+                finished[i] += 1;
+            }
+        }
+    }
+    assert_eq!(text, texts);
+    assert_eq!((roles, finished), (vec![1; 3], vec![1; 3]));
+    assert_eq!(usage.as_ref(), Some(&sampled["usage"]));
+
+    // Completions, streamed: chunks tagged by index, the same texts as whole.
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0,
+                      "seed": 3, "n": 3});
+    let whole = post(server.addr, "/v1/completions", &body);
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let mut stream_body = body.clone();
+    stream_body["stream"] = json!(true);
+    let streamed = post(server.addr, "/v1/completions", &stream_body);
+    let mut text = vec![String::new(); 3];
+    for chunk in chunks(&streamed.text()) {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            text[i].push_str(choice["text"].as_str().unwrap());
+        }
+    }
+    assert_eq!(text, choice_texts(&whole.json()));
 }

@@ -24,6 +24,9 @@ pub struct GenerateOptions {
     pub force_tokens: Vec<u32>,
     /// Record the `k` best logits of every step's distribution (0 = none).
     pub top_logits: usize,
+    /// Record every generated token's log-probability and the `k` most likely tokens
+    /// of the distribution it was drawn from (`Some(0)`: the token's alone).
+    pub logprobs: Option<usize>,
 }
 
 /// Why a generation ended.
@@ -45,6 +48,28 @@ pub struct TopLogit {
     pub id: u32,
     /// Its logit.
     pub logit: f32,
+}
+
+/// A generated token's log-probability: the log-softmax of the raw logits it was drawn
+/// from (before repetition penalty, temperature or any filter), with the most likely
+/// tokens of the same distribution.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenLogprobs {
+    /// The generated token's id.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens, best first (as many as asked).
+    pub top: Vec<TopLogprob>,
+}
+
+/// One of the most likely tokens of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TopLogprob {
+    /// Token id.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
 }
 
 /// Wall-clock figures of one generation.
@@ -71,6 +96,9 @@ pub struct Generation {
     /// last prompt position), when asked.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub top_logits: Vec<Vec<TopLogit>>,
+    /// Per generated token, its log-probability and the best alternatives, when asked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<TokenLogprobs>,
     /// Why it ended.
     pub finish_reason: FinishReason,
     /// Speeds.
@@ -90,11 +118,17 @@ pub fn generate(
     let mut seq = runner.new_sequence();
     let mut decoding = Decoding::new(tokenizer, prompt, options.clone(), seq.context())?;
     let mut logits = runner.forward(&mut seq, prompt)?;
-    while let Some(token) = decoding.accept(&logits, sampler, on_text)? {
+    let mut on_piece = |text: &str, _: &[TokenLogprobs]| on_text(text);
+    while let Some(token) = decoding.accept(&logits, sampler, &mut on_piece)? {
         logits = runner.forward(&mut seq, &[token])?;
     }
-    decoding.finish(on_text)
+    decoding.finish(&mut on_piece)
 }
+
+/// Receives a generation's text as it becomes final, with the log-probabilities of the
+/// tokens generated since the previous call (empty unless asked for; the text may be
+/// empty when only log-probabilities are left); returns `false` to stop.
+pub type OnPiece<'a> = dyn FnMut(&str, &[TokenLogprobs]) -> bool + 'a;
 
 /// One generation's decoding state, independent of how its steps are run (alone by
 /// [`generate`], or inside a batch by a scheduler): it turns each step's logits into
@@ -105,6 +139,9 @@ pub struct Decoding<'t> {
     history: Vec<u32>,
     tokens: Vec<u32>,
     top_logits: Vec<Vec<TopLogit>>,
+    logprobs: Vec<TokenLogprobs>,
+    /// Entries of `logprobs` already handed out with text.
+    delivered: usize,
     text: TextStream<'t>,
     finish_reason: Option<FinishReason>,
     started: Instant,
@@ -136,6 +173,8 @@ impl<'t> Decoding<'t> {
             history: prompt.to_vec(),
             tokens: Vec::new(),
             top_logits: Vec::new(),
+            logprobs: Vec::new(),
+            delivered: 0,
             finish_reason: None,
             started: Instant::now(),
             prefill_time: None,
@@ -145,13 +184,14 @@ impl<'t> Decoding<'t> {
     }
 
     /// Takes the logits after the last token fed to the sequence (the prompt's last at
-    /// first): picks a token with `sampler`, streams its text, and returns it when it must be fed for
-    /// another step, or `None` when the generation has ended.
+    /// first): picks a token with `sampler`, streams its text (with its log-probability
+    /// when asked), and returns it when it must be fed for another step, or `None` when
+    /// the generation has ended.
     pub fn accept(
         &mut self,
         logits: &[f32],
         sampler: &mut Sampler,
-        on_text: &mut dyn FnMut(&str) -> bool,
+        on_piece: &mut OnPiece<'_>,
     ) -> Result<Option<u32>, ModelError> {
         self.prefill_time
             .get_or_insert_with(|| self.started.elapsed());
@@ -170,13 +210,17 @@ impl<'t> Decoding<'t> {
             None => sampler.sample(logits, &self.history)?,
         };
         self.ttft.get_or_insert_with(|| self.started.elapsed());
+        if let Some(k) = self.options.logprobs {
+            self.logprobs.push(token_logprobs(logits, token, k));
+        }
         self.tokens.push(token);
         self.history.push(token);
         if forced.is_none() && self.options.stop_ids.contains(&token) {
             self.finish_reason = Some(FinishReason::Stop);
             return Ok(None);
         }
-        match self.text.push(token, on_text)? {
+        let mut on_text = with_logprobs(&self.logprobs, &mut self.delivered, on_piece);
+        match self.text.push(token, &mut on_text)? {
             Flow::Continue => {}
             Flow::Stop => self.finish_reason = Some(FinishReason::Stop),
             Flow::Cancel => self.finish_reason = Some(FinishReason::Cancelled),
@@ -198,14 +242,20 @@ impl<'t> Decoding<'t> {
     }
 
     /// Ends the generation (as `Cancelled` if it had not ended), flushes held-back text
-    /// unless cancelled, and returns the result.
-    pub fn finish(
-        mut self,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Generation, ModelError> {
+    /// and log-probabilities unless cancelled, and returns the result.
+    pub fn finish(mut self, on_piece: &mut OnPiece<'_>) -> Result<Generation, ModelError> {
         let finish_reason = *self.finish_reason.get_or_insert(FinishReason::Cancelled);
         if finish_reason != FinishReason::Cancelled {
-            self.text.finish(on_text)?;
+            self.text.finish(&mut with_logprobs(
+                &self.logprobs,
+                &mut self.delivered,
+                on_piece,
+            ))?;
+            // An end token, or a stop string's tokens, has no text of its own.
+            if self.delivered < self.logprobs.len() {
+                on_piece("", &self.logprobs[self.delivered..]);
+                self.delivered = self.logprobs.len();
+            }
         }
         let prefill_time = self.prefill_time.unwrap_or_else(|| self.started.elapsed());
         let decode_steps = self.tokens.len().saturating_sub(1).max(1) as f64;
@@ -221,10 +271,53 @@ impl<'t> Decoding<'t> {
             tokens: self.tokens,
             text: self.text.into_text(),
             top_logits: self.top_logits,
+            logprobs: self.logprobs,
             finish_reason,
             timings,
         })
     }
+}
+
+/// A text callback that hands each piece to `on_piece` with the entries of `logprobs`
+/// past `delivered`, and marks them delivered.
+fn with_logprobs<'a, 'b: 'a>(
+    logprobs: &'a [TokenLogprobs],
+    delivered: &'a mut usize,
+    on_piece: &'a mut OnPiece<'b>,
+) -> impl FnMut(&str) -> bool + use<'a, 'b> {
+    move |text: &str| {
+        let fresh = &logprobs[*delivered..];
+        *delivered = logprobs.len();
+        on_piece(text, fresh)
+    }
+}
+
+/// `token`'s log-probability under `logits` and the `k` most likely tokens'.
+fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
+    let norm = log_normalizer(logits);
+    let logprob = |id: u32| logits.get(id as usize).map_or(f32::NAN, |l| l - norm);
+    TokenLogprobs {
+        id: token,
+        logprob: logprob(token),
+        top: best_logits(logits, k)
+            .into_iter()
+            .map(|t| TopLogprob {
+                id: t.id,
+                logprob: t.logit - norm,
+            })
+            .collect(),
+    }
+}
+
+/// `log(sum(exp(logits)))`, summed in f64 after subtracting the largest (NaN skipped).
+fn log_normalizer(logits: &[f32]) -> f32 {
+    let finite = || logits.iter().copied().filter(|l| !l.is_nan());
+    let max = finite().fold(f32::NEG_INFINITY, f32::max);
+    if !max.is_finite() {
+        return max;
+    }
+    let sum: f64 = finite().map(|l| f64::from(l - max).exp()).sum();
+    max + sum.ln() as f32
 }
 
 fn best_logits(logits: &[f32], k: usize) -> Vec<TopLogit> {
@@ -344,5 +437,29 @@ impl<'a> TextStream<'a> {
 
     fn into_text(self) -> String {
         self.emitted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_the_log_softmax_of_the_raw_logits() {
+        let logits = [1.0f32, 3.0, -2.0, 3.0, f32::NEG_INFINITY];
+        let finite = &logits[..4];
+        let norm = finite.iter().map(|l| f64::from(*l).exp()).sum::<f64>().ln();
+        let t = token_logprobs(&logits, 2, 3);
+        assert!((f64::from(t.logprob) - (-2.0 - norm)).abs() < 1e-6, "{t:?}");
+        let top: Vec<u32> = t.top.iter().map(|a| a.id).collect();
+        assert_eq!(top, [1, 3, 0], "best first, ties by id");
+        assert!((f64::from(t.top[0].logprob) - (3.0 - norm)).abs() < 1e-6);
+        let mass: f64 = (0..4)
+            .map(|id| f64::from(token_logprobs(&logits, id, 0).logprob).exp())
+            .sum();
+        assert!((mass - 1.0).abs() < 1e-6, "{mass}");
+        let impossible = token_logprobs(&logits, 4, 0);
+        assert_eq!(impossible.logprob, f32::NEG_INFINITY);
+        assert!(impossible.top.is_empty());
     }
 }

@@ -5,8 +5,8 @@
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{
-    Decoding, GenerateOptions, Generation, ModelError, Runner, Sequence, Work, MAX_STEP_TOKENS,
-    PREFILL_CHUNK,
+    Decoding, GenerateOptions, Generation, ModelError, Runner, Sequence, TokenLogprobs, Work,
+    MAX_STEP_TOKENS, PREFILL_CHUNK,
 };
 
 /// How much the scheduler runs at once.
@@ -75,8 +75,15 @@ pub enum Failure {
 
 /// What the scheduler tells its caller about a sequence.
 pub enum Event<'a> {
-    /// A new piece of its text; the callback returns `false` to cancel it.
-    Text(&'a str),
+    /// A new piece of its text, with the log-probabilities of the tokens generated since
+    /// the previous piece when its options ask for them (the text may then be empty);
+    /// the callback returns `false` to cancel it.
+    Text {
+        /// The text.
+        text: &'a str,
+        /// One entry per token, in order.
+        logprobs: &'a [TokenLogprobs],
+    },
     /// It ended; its last event.
     Done(Result<Generation, Failure>),
 }
@@ -241,10 +248,12 @@ impl<'t> Scheduler<'t> {
                 }
             }
             let id = slot.id;
-            let mut on_text = |piece: &str| on_event(id, Event::Text(piece));
+            let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
+                on_event(id, Event::Text { text, logprobs })
+            };
             match slot
                 .decoding
-                .accept(logits, &mut slot.sampler, &mut on_text)
+                .accept(logits, &mut slot.sampler, &mut on_piece)
             {
                 Ok(Some(token)) => slot.next = Some(token),
                 Ok(None) => ended.push((i, None)),
@@ -257,8 +266,10 @@ impl<'t> Scheduler<'t> {
             let result = match error {
                 Some(e) => Err(Failure::Model(e)),
                 None => {
-                    let mut on_text = |piece: &str| on_event(id, Event::Text(piece));
-                    slot.decoding.finish(&mut on_text).map_err(Failure::Model)
+                    let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
+                        on_event(id, Event::Text { text, logprobs })
+                    };
+                    slot.decoding.finish(&mut on_piece).map_err(Failure::Model)
                 }
             };
             on_event(id, Event::Done(result));
@@ -270,7 +281,7 @@ impl<'t> Scheduler<'t> {
     pub fn cancel(&mut self, id: u64, on_event: &mut dyn FnMut(u64, Event<'_>) -> bool) {
         if let Some(i) = self.slots.iter().position(|s| s.id == id) {
             let slot = self.slots.remove(i);
-            let mut quiet = |_: &str| false;
+            let mut quiet = |_: &str, _: &[TokenLogprobs]| false;
             let result = slot.decoding.finish(&mut quiet).map_err(Failure::Model);
             on_event(id, Event::Done(result));
         }

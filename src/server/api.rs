@@ -4,6 +4,8 @@
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use super::fields;
+use super::reply::Kind;
 use crate::model::chat_template::Message;
 
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
@@ -11,6 +13,15 @@ const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
 
 /// Most stop strings a request may give.
 const MAX_STOP_STRINGS: usize = 16;
+
+/// Most choices (`n`) one request may ask for.
+pub(crate) const MAX_CHOICES: usize = 16;
+
+/// Most alternatives a chat request's `top_logprobs` may ask for (OpenAI's limit).
+const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// Most alternatives a completion request's `logprobs` may ask for (OpenAI's limit).
+const MAX_LEGACY_LOGPROBS: i64 = 5;
 
 /// The top-level object of a request body.
 pub(crate) type Body = Map<String, Value>;
@@ -51,11 +62,17 @@ pub(crate) struct Params {
     pub stream: bool,
     /// `stream_options.include_usage`: send a last chunk with the token counts.
     pub include_usage: bool,
+    /// How many choices to generate for the prompt.
+    pub n: usize,
+    /// When log-probabilities are asked for: how many alternatives per token.
+    pub logprobs: Option<usize>,
 }
 
 impl Params {
-    /// Reads the common fields of `body`.
-    pub fn parse(body: &Body) -> Result<Params, ApiError> {
+    /// Reads the sampling and output fields of a `kind` request body, after refusing
+    /// the fields it does not implement.
+    pub fn parse(body: &Body, kind: Kind) -> Result<Params, ApiError> {
+        fields::check_request(body, kind)?;
         let model = opt_str(body, "model")?;
         let temperature = opt_f64(body, "temperature")?.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&temperature) {
@@ -93,11 +110,19 @@ impl Params {
                     .ok_or_else(|| ApiError::wrong_type("seed", "an integer"))?,
             ),
         };
-        if let Some(n) = opt_int(body, "n")? {
-            if n != 1 {
-                return Err(ApiError::bad_value(
-                    "n",
-                    format!("Only n = 1 is supported, got {n}."),
+        let n = opt_int(body, "n")?.unwrap_or(1);
+        if !(1..=MAX_CHOICES as i64).contains(&n) {
+            return Err(ApiError::bad_value(
+                "n",
+                format!("n must be between 1 and {MAX_CHOICES}, got {n}."),
+            ));
+        }
+        if let Some(best_of) = opt_int(body, "best_of")? {
+            if best_of != n {
+                return Err(ApiError::invalid(
+                    "unsupported_parameter",
+                    Some("best_of"),
+                    format!("best_of other than n ({n}) is not supported, got {best_of}."),
                 ));
             }
         }
@@ -115,7 +140,40 @@ impl Params {
             seed,
             stream: opt_bool(body, "stream")?.unwrap_or(false),
             include_usage,
+            n: n as usize,
+            logprobs: match kind {
+                Kind::Chat => chat_logprobs(body)?,
+                Kind::Text => legacy_logprobs(body)?,
+            },
         })
+    }
+}
+
+/// A chat request's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only with
+/// `logprobs: true`).
+fn chat_logprobs(body: &Body) -> Result<Option<usize>, ApiError> {
+    let wanted = opt_bool(body, "logprobs")?.unwrap_or(false);
+    match opt_int(body, "top_logprobs")? {
+        Some(k) if !(0..=MAX_TOP_LOGPROBS).contains(&k) => Err(ApiError::bad_value(
+            "top_logprobs",
+            format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {k}."),
+        )),
+        Some(_) if !wanted => Err(ApiError::bad_value(
+            "top_logprobs",
+            "top_logprobs requires logprobs to be true.",
+        )),
+        k => Ok(wanted.then(|| k.unwrap_or(0) as usize)),
+    }
+}
+
+/// A completion request's `logprobs`: how many alternatives per token (0 to 5).
+fn legacy_logprobs(body: &Body) -> Result<Option<usize>, ApiError> {
+    match opt_int(body, "logprobs")? {
+        Some(k) if !(0..=MAX_LEGACY_LOGPROBS).contains(&k) => Err(ApiError::bad_value(
+            "logprobs",
+            format!("logprobs must be between 0 and {MAX_LEGACY_LOGPROBS}, got {k}."),
+        )),
+        k => Ok(k.map(|k| k as usize)),
     }
 }
 
@@ -143,6 +201,7 @@ fn message(i: usize, item: &Value) -> Result<Message, ApiError> {
     let Value::Object(obj) = item else {
         return Err(ApiError::wrong_type(&format!("messages[{i}]"), "an object"));
     };
+    fields::check_message(i, obj)?;
     let role = match obj.get("role") {
         None | Some(Value::Null) => return Err(ApiError::missing(&at("role"))),
         Some(Value::String(role)) => role.as_str(),
@@ -273,29 +332,63 @@ mod tests {
 
     #[test]
     fn defaults_follow_openai() {
-        let p = Params::parse(&body("{}")).unwrap();
+        let p = Params::parse(&body("{}"), Kind::Chat).unwrap();
         assert_eq!((p.temperature, p.top_p, p.stream), (1.0, 1.0, false));
         assert!(p.max_tokens.is_none() && p.stop.is_empty() && p.seed.is_none());
     }
 
     #[test]
     fn fields_are_read_and_checked() {
-        let p = Params::parse(&body(
-            r#"{"max_tokens": 5, "stop": ["a", "b"], "seed": -1, "stream": true,
+        let p = Params::parse(
+            &body(
+                r#"{"max_tokens": 5, "stop": ["a", "b"], "seed": -1, "stream": true,
                 "stream_options": {"include_usage": true}, "temperature": 0}"#,
-        ))
+            ),
+            Kind::Chat,
+        )
         .unwrap();
         assert_eq!(p.max_tokens, Some(5));
         assert_eq!(p.stop, ["a", "b"]);
         assert_eq!(p.seed, Some(u64::MAX));
         assert!(p.stream && p.include_usage);
-        let code = |text: &str| Params::parse(&body(text)).unwrap_err().code;
+        let code = |text: &str| Params::parse(&body(text), Kind::Chat).unwrap_err().code;
         assert_eq!(code(r#"{"max_tokens": 0}"#), "invalid_value");
         assert_eq!(code(r#"{"max_tokens": 1.5}"#), "invalid_type");
         assert_eq!(code(r#"{"temperature": "hot"}"#), "invalid_type");
         assert_eq!(code(r#"{"temperature": 3}"#), "invalid_value");
         assert_eq!(code(r#"{"stop": 3}"#), "invalid_type");
-        assert_eq!(code(r#"{"n": 2}"#), "invalid_value");
+        assert_eq!(code(r#"{"n": 0}"#), "invalid_value");
+        assert_eq!(code(r#"{"n": 17}"#), "invalid_value");
+        assert_eq!(code(r#"{"tools": []}"#), "unsupported_parameter");
+    }
+
+    #[test]
+    fn choices_and_logprobs() {
+        let chat = |text: &str| Params::parse(&body(text), Kind::Chat);
+        let text = |text: &str| Params::parse(&body(text), Kind::Text);
+        let p = chat(r#"{"n": 16, "logprobs": true, "top_logprobs": 20}"#).unwrap();
+        assert_eq!((p.n, p.logprobs), (16, Some(20)));
+        assert_eq!(chat(r#"{"logprobs": true}"#).unwrap().logprobs, Some(0));
+        assert_eq!(chat(r#"{"logprobs": false}"#).unwrap().logprobs, None);
+        assert_eq!(text(r#"{"logprobs": 5}"#).unwrap().logprobs, Some(5));
+        assert_eq!(text(r#"{"logprobs": 0}"#).unwrap().logprobs, Some(0));
+        assert_eq!(text(r#"{"n": 3, "best_of": 3}"#).unwrap().n, 3);
+        let refused = |result: Result<Params, ApiError>| {
+            let e = result.unwrap_err();
+            (e.code, e.param.unwrap_or_default())
+        };
+        let top_alone = refused(chat(r#"{"top_logprobs": 2}"#));
+        assert_eq!(top_alone, ("invalid_value", "top_logprobs".into()));
+        let top_many = refused(chat(r#"{"logprobs": true, "top_logprobs": 21}"#));
+        assert_eq!(top_many, ("invalid_value", "top_logprobs".into()));
+        let int_on_chat = refused(chat(r#"{"logprobs": 2}"#));
+        assert_eq!(int_on_chat, ("invalid_type", "logprobs".into()));
+        let legacy_many = refused(text(r#"{"logprobs": 6}"#));
+        assert_eq!(legacy_many, ("invalid_value", "logprobs".into()));
+        let bool_on_text = refused(text(r#"{"logprobs": true}"#));
+        assert_eq!(bool_on_text, ("invalid_type", "logprobs".into()));
+        let best_of = refused(text(r#"{"best_of": 2}"#));
+        assert_eq!(best_of, ("unsupported_parameter", "best_of".into()));
     }
 
     #[test]

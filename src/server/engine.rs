@@ -1,10 +1,10 @@
 //! The engine: one OS thread that owns the [`Runner`] and a [`Scheduler`], takes
-//! [`Job`]s from a bounded queue in arrival order, and steps up to `parallel` of them
-//! together (continuous batching: jobs join and leave at step boundaries), streaming
-//! each job's text back as [`Event`]s.
+//! [`Job`]s from a bounded queue in arrival order, and steps up to `parallel` sequences
+//! together (continuous batching: sequences join and leave at step boundaries), one per
+//! choice of a job, streaming each choice's text back as [`Event`]s tagged with its index.
 //!
-//! The boundary is the job: a tokenized prompt, its options, a channel for events and a
-//! cancellation flag; the HTTP side knows nothing of batching.
+//! The boundary is the job: a tokenized prompt, its options, one sampler per choice, a
+//! channel for events and a cancellation flag; the HTTP side knows nothing of batching.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -18,7 +18,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{GateSnapshot, Metrics};
 use crate::model::sampler::SamplerConfig;
-use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, Runner};
+use crate::model::{
+    FinishReason, GenerateOptions, Generation, Model, ModelError, Runner, TokenLogprobs,
+};
 use crate::sched::{self, Failure, Limits, Request, Scheduler};
 
 /// How often an idle engine looks at the shutdown flag.
@@ -30,8 +32,8 @@ pub(crate) struct Job {
     pub prompt: Vec<u32>,
     /// Token limit, stop strings and stop ids.
     pub options: GenerateOptions,
-    /// How to pick tokens.
-    pub sampler: SamplerConfig,
+    /// How to pick tokens: one sampler per choice (the request's `n`, at least one).
+    pub samplers: Vec<SamplerConfig>,
     /// Where the job's text and its end go.
     pub events: UnboundedSender<Event>,
     /// Set when the client is gone: the generation stops at its next piece of text.
@@ -40,12 +42,24 @@ pub(crate) struct Job {
     pub submitted: Instant,
 }
 
-/// What the engine tells a job's owner.
+/// What the engine tells a job's owner about one of its choices.
 pub(crate) enum Event {
-    /// A new piece of generated text.
-    Text(String),
-    /// The generation ended; the last event of a job.
-    Done(Result<Outcome, EngineError>),
+    /// A new piece of a choice's text, with its tokens' log-probabilities when asked.
+    Text {
+        /// The choice.
+        index: usize,
+        /// The text (may be empty when only log-probabilities come).
+        text: String,
+        /// One entry per token since the previous piece.
+        logprobs: Vec<TokenLogprobs>,
+    },
+    /// A choice ended; a job ends when every choice has, or at its first error.
+    Done {
+        /// The choice.
+        index: usize,
+        /// Its outcome.
+        result: Result<Outcome, EngineError>,
+    },
 }
 
 /// A finished generation.
@@ -58,6 +72,8 @@ pub(crate) struct Outcome {
     pub completion_tokens: usize,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// Per generated token, its log-probability and alternatives (empty unless asked).
+    pub logprobs: Vec<TokenLogprobs>,
 }
 
 /// Why a job failed.
@@ -129,6 +145,7 @@ pub(crate) fn start(
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
         jobs: HashMap::new(),
+        admitting: None,
         next_id: 0,
     };
     let thread = std::thread::Builder::new()
@@ -142,12 +159,22 @@ pub(crate) fn start(
     Ok((handle, thread))
 }
 
-/// A running job's owner side, kept while the scheduler steps it.
+/// A running choice's owner side, kept while the scheduler steps it.
 struct Running {
     events: UnboundedSender<Event>,
     cancel: Arc<AtomicBool>,
+    /// Which choice of its job it is.
+    index: usize,
     /// Submission to admission: the wait in the queue.
     waited: Duration,
+}
+
+/// A job taken from the queue whose choices are not all admitted yet (they join as
+/// sequences leave, so `n` may exceed `parallel`).
+struct Admitting {
+    job: Job,
+    /// The next choice to admit.
+    next: usize,
 }
 
 /// The engine thread's state.
@@ -156,6 +183,7 @@ struct Engine {
     shutdown: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     jobs: HashMap<u64, Running>,
+    admitting: Option<Admitting>,
     next_id: u64,
 }
 
@@ -164,22 +192,26 @@ impl Engine {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-    /// The engine loop: admit waiting jobs while there is room, step every running one,
-    /// until the queue closes or the server stops.
+    /// The engine loop: admit waiting jobs' choices while there is room, step every
+    /// running one, until the queue closes or the server stops.
     fn serve(mut self, model: &Model, limits: Limits, queue: &Receiver<Job>) {
         let mut scheduler = Scheduler::new(&model.tokenizer, limits);
         loop {
-            if scheduler.running() == 0 {
+            if scheduler.running() == 0 && self.admitting.is_none() {
                 match queue.recv_timeout(IDLE_POLL) {
-                    Ok(job) => self.admit(&mut scheduler, job),
+                    Ok(job) => self.take(job),
                     Err(RecvTimeoutError::Timeout) if self.stopping() => break,
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
             while scheduler.has_room() {
+                if self.admitting.is_some() {
+                    self.admit_next(&mut scheduler);
+                    continue;
+                }
                 match queue.try_recv() {
-                    Ok(job) => self.admit(&mut scheduler, job),
+                    Ok(job) => self.take(job),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => break,
                 }
@@ -194,23 +226,37 @@ impl Engine {
         self.stop_all(&mut scheduler, queue);
     }
 
-    /// Hands a job to the scheduler, or ends it at once when its client is gone, the
-    /// server is stopping, or the request cannot run.
-    fn admit(&mut self, scheduler: &mut Scheduler<'_>, job: Job) {
+    /// Takes a job off the queue for admission, or ends it at once when its client is
+    /// gone or the server is stopping.
+    fn take(&mut self, job: Job) {
         self.metrics.queue_add(-1);
         if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
             return;
         }
         if self.stopping() {
-            let _ = job.events.send(Event::Done(Err(EngineError::ShuttingDown)));
+            let result = Err(EngineError::ShuttingDown);
+            let _ = job.events.send(Event::Done { index: 0, result });
+            return;
+        }
+        self.admitting = Some(Admitting { job, next: 0 });
+    }
+
+    /// Hands the next choice of the job being admitted to the scheduler. A choice that
+    /// cannot run fails the job (the rest of its choices are cancelled); a job whose
+    /// client is gone is dropped.
+    fn admit_next(&mut self, scheduler: &mut Scheduler<'_>) {
+        let Some(Admitting { job, next: index }) = self.admitting.take() else {
+            return;
+        };
+        if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
             return;
         }
         let id = self.next_id;
         self.next_id += 1;
         let request = Request {
-            prompt: job.prompt,
-            options: job.options,
-            sampler: job.sampler,
+            prompt: job.prompt.clone(),
+            options: job.options.clone(),
+            sampler: job.samplers[index],
         };
         match scheduler.admit(&self.runner, id, request) {
             Ok(()) => {
@@ -218,16 +264,23 @@ impl Engine {
                 self.jobs.insert(
                     id,
                     Running {
-                        events: job.events,
-                        cancel: job.cancel,
+                        events: job.events.clone(),
+                        cancel: job.cancel.clone(),
+                        index,
                         waited: job.submitted.elapsed(),
                     },
                 );
+                if index + 1 < job.samplers.len() {
+                    self.admitting = Some(Admitting {
+                        job,
+                        next: index + 1,
+                    });
+                }
             }
             Err(e) => {
-                let _ = job
-                    .events
-                    .send(Event::Done(Err(EngineError::Model(Box::new(e)))));
+                job.cancel.store(true, Ordering::SeqCst);
+                let result = Err(EngineError::Model(Box::new(e)));
+                let _ = job.events.send(Event::Done { index, result });
             }
         }
     }
@@ -276,22 +329,33 @@ impl Engine {
         deliver(&mut self.jobs, &self.metrics, &self.shutdown, id, event)
     }
 
-    /// Sends a job's last event and forgets it.
+    /// Sends a running choice's last event and forgets it.
     fn finish(&mut self, id: u64, result: Result<Outcome, EngineError>) {
         if let Some(job) = self.jobs.remove(&id) {
             self.metrics.running_add(-1);
-            let _ = job.events.send(Event::Done(result));
+            let _ = job.events.send(Event::Done {
+                index: job.index,
+                result,
+            });
         }
     }
 
-    /// Fails every running and waiting job as `ShuttingDown`.
+    /// Fails every running, half-admitted and waiting job as `ShuttingDown`.
     fn stop_all(&mut self, scheduler: &mut Scheduler<'_>, queue: &Receiver<Job>) {
         for id in scheduler.abort_all() {
             self.finish(id, Err(EngineError::ShuttingDown));
         }
+        if let Some(Admitting { job, next }) = self.admitting.take() {
+            let result = Err(EngineError::ShuttingDown);
+            let _ = job.events.send(Event::Done {
+                index: next,
+                result,
+            });
+        }
         while let Ok(job) = queue.try_recv() {
             self.metrics.queue_add(-1);
-            let _ = job.events.send(Event::Done(Err(EngineError::ShuttingDown)));
+            let result = Err(EngineError::ShuttingDown);
+            let _ = job.events.send(Event::Done { index: 0, result });
         }
     }
 
@@ -314,8 +378,8 @@ impl Engine {
     }
 }
 
-/// Passes a scheduler event to its job: text while the client listens (`false` cancels
-/// the job), and the end with its metrics.
+/// Passes a scheduler event to its choice's job: text while the client listens (`false`
+/// cancels the choice), and the end with its metrics.
 fn deliver(
     jobs: &mut HashMap<u64, Running>,
     metrics: &Metrics,
@@ -327,10 +391,17 @@ fn deliver(
         return false;
     };
     match event {
-        sched::Event::Text(piece) => {
+        sched::Event::Text { text, logprobs } => {
             !job.cancel.load(Ordering::Relaxed)
                 && !shutdown.load(Ordering::Relaxed)
-                && job.events.send(Event::Text(piece.to_string())).is_ok()
+                && job
+                    .events
+                    .send(Event::Text {
+                        index: job.index,
+                        text: text.to_string(),
+                        logprobs: logprobs.to_vec(),
+                    })
+                    .is_ok()
         }
         sched::Event::Done(result) => {
             let job = jobs.remove(&id).expect("looked up above");
@@ -349,7 +420,10 @@ fn deliver(
                 }
                 other => other,
             };
-            let _ = job.events.send(Event::Done(result));
+            let _ = job.events.send(Event::Done {
+                index: job.index,
+                result,
+            });
             false
         }
     }
@@ -374,5 +448,6 @@ fn outcome(metrics: &Metrics, job: &Running, generation: Generation) -> Outcome 
         completion_tokens: generation.tokens.len(),
         finish_reason: generation.finish_reason,
         text: generation.text,
+        logprobs: generation.logprobs,
     }
 }

@@ -9,6 +9,8 @@
 mod api;
 mod engine;
 mod error;
+mod fields;
+mod logprobs;
 mod metrics;
 mod reply;
 mod routes;

@@ -13,7 +13,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::engine::{Event, Outcome};
 use super::error::ApiError;
-use crate::model::FinishReason;
+use super::logprobs;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::{FinishReason, Model, TokenLogprobs};
 
 /// Which endpoint a reply belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,7 +26,7 @@ pub(crate) enum Kind {
     Text,
 }
 
-/// What every body of one reply repeats.
+/// What every body of one reply repeats, and what it holds.
 #[derive(Clone, Debug)]
 pub(crate) struct Reply {
     /// The endpoint.
@@ -35,6 +37,10 @@ pub(crate) struct Reply {
     pub created: u64,
     /// The served model's id.
     pub model: String,
+    /// How many choices (`n`).
+    pub choices: usize,
+    /// Whether the choices carry log-probabilities.
+    pub logprobs: bool,
 }
 
 fn finish_reason(reason: FinishReason) -> &'static str {
@@ -45,11 +51,12 @@ fn finish_reason(reason: FinishReason) -> &'static str {
     }
 }
 
-fn usage(outcome: &Outcome) -> Value {
+/// Token counts: the prompt once (every choice shares it), completions summed.
+fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
     json!({
-        "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.completion_tokens,
-        "total_tokens": outcome.prompt_tokens + outcome.completion_tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
     })
 }
 
@@ -69,42 +76,73 @@ impl Reply {
         })
     }
 
-    /// The body of a non-streamed reply.
-    pub fn full(&self, outcome: &Outcome) -> Value {
-        let reason = finish_reason(outcome.finish_reason);
-        let choice = match self.kind {
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": outcome.text},
-                "logprobs": null,
-                "finish_reason": reason,
-            }),
-            Kind::Text => json!({
-                "index": 0,
-                "text": outcome.text,
-                "logprobs": null,
-                "finish_reason": reason,
-            }),
-        };
-        let mut body = self.object(json!([choice]));
-        body["usage"] = usage(outcome);
+    /// The `logprobs` of a choice for `tokens` (null unless asked); a completion's
+    /// first token starts at character `offset` of its text, which moves past them.
+    fn logprobs(
+        &self,
+        tokenizer: &Tokenizer,
+        tokens: &[TokenLogprobs],
+        offset: &mut usize,
+    ) -> Value {
+        match (self.logprobs, self.kind) {
+            (false, _) => Value::Null,
+            (true, Kind::Chat) => logprobs::chat(tokenizer, tokens),
+            (true, Kind::Text) => logprobs::legacy(tokenizer, tokens, offset),
+        }
+    }
+
+    /// The body of a non-streamed reply: one choice per outcome, in index order.
+    pub fn full(&self, outcomes: &[Outcome], tokenizer: &Tokenizer) -> Value {
+        let choices: Vec<Value> = outcomes
+            .iter()
+            .enumerate()
+            .map(|(index, outcome)| {
+                let reason = finish_reason(outcome.finish_reason);
+                let logprobs = self.logprobs(tokenizer, &outcome.logprobs, &mut 0);
+                match self.kind {
+                    Kind::Chat => json!({
+                        "index": index,
+                        "message": {"role": "assistant", "content": outcome.text},
+                        "logprobs": logprobs,
+                        "finish_reason": reason,
+                    }),
+                    Kind::Text => json!({
+                        "index": index,
+                        "text": outcome.text,
+                        "logprobs": logprobs,
+                        "finish_reason": reason,
+                    }),
+                }
+            })
+            .collect();
+        let mut body = self.object(Value::Array(choices));
+        let prompt_tokens = outcomes.first().map_or(0, |o| o.prompt_tokens);
+        let completion_tokens = outcomes.iter().map(|o| o.completion_tokens).sum();
+        body["usage"] = usage(prompt_tokens, completion_tokens);
         if self.kind == Kind::Chat {
             body["object"] = "chat.completion".into();
         }
         body
     }
 
-    /// One streamed chunk: a chat `delta` (or completion `text`) and the finish reason.
-    fn chunk(&self, delta: Value, reason: Option<FinishReason>) -> SseEvent {
+    /// One streamed chunk of choice `index`: a chat `delta` (or completion `text`), its
+    /// tokens' `logprobs` and the finish reason.
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Value,
+        logprobs: Value,
+        reason: Option<FinishReason>,
+    ) -> SseEvent {
         let reason = reason.map(finish_reason);
         let choice = match self.kind {
             Kind::Chat => json!({
-                "index": 0, "delta": delta, "logprobs": null, "finish_reason": reason,
+                "index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason,
             }),
             Kind::Text => json!({
-                "index": 0,
+                "index": index,
                 "text": delta.get("content").cloned().unwrap_or_else(|| "".into()),
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": reason,
             }),
         };
@@ -129,33 +167,63 @@ impl Drop for CancelOnDrop {
 /// A stream's state between events.
 struct Streaming {
     reply: Reply,
+    /// The served model, whose tokenizer renders tokens in log-probabilities.
+    model: Arc<Model>,
     events: UnboundedReceiver<Event>,
     include_usage: bool,
     pending: VecDeque<SseEvent>,
+    /// Per choice, the text offset of its next token (completions' log-probabilities).
+    offsets: Vec<usize>,
+    /// Choices that have not ended.
+    left: usize,
+    /// Prompt tokens, and the completion tokens of the ended choices.
+    usage: (usize, usize),
     done: bool,
     _cancel: CancelOnDrop,
 }
 
 impl Streaming {
-    /// Turns one engine event into SSE events; the job's end adds `[DONE]`.
+    /// Turns one engine event into SSE events; the end of the last choice, or an error,
+    /// adds `[DONE]`.
     fn push(&mut self, event: Option<Event>) {
         let end = match event {
-            Some(Event::Text(piece)) => {
-                let chunk = self.reply.chunk(json!({ "content": piece }), None);
+            Some(Event::Text {
+                index,
+                text,
+                logprobs,
+            }) => {
+                let tokenizer = &self.model.tokenizer;
+                let logprobs = self
+                    .reply
+                    .logprobs(tokenizer, &logprobs, &mut self.offsets[index]);
+                let delta = json!({ "content": text });
+                let chunk = self.reply.chunk(index, delta, logprobs, None);
                 self.pending.push_back(chunk);
                 return;
             }
-            Some(Event::Done(Ok(outcome))) => {
-                let last = self.reply.chunk(json!({}), Some(outcome.finish_reason));
+            Some(Event::Done {
+                index,
+                result: Ok(outcome),
+            }) => {
+                let reason = Some(outcome.finish_reason);
+                let last = self.reply.chunk(index, json!({}), Value::Null, reason);
                 self.pending.push_back(last);
+                self.usage.0 = outcome.prompt_tokens;
+                self.usage.1 += outcome.completion_tokens;
+                self.left -= 1;
+                if self.left > 0 {
+                    return;
+                }
                 if self.include_usage {
                     let mut body = self.reply.object(json!([]));
-                    body["usage"] = usage(&outcome);
+                    body["usage"] = usage(self.usage.0, self.usage.1);
                     self.pending.push_back(data(&body));
                 }
                 None
             }
-            Some(Event::Done(Err(error))) => Some(ApiError::from(error)),
+            Some(Event::Done {
+                result: Err(error), ..
+            }) => Some(ApiError::from(error)),
             None => Some(ApiError::shutting_down()),
         };
         if let Some(error) = end {
@@ -166,23 +234,31 @@ impl Streaming {
     }
 }
 
-/// The SSE response of a streamed job. Dropping it (the client disconnected) cancels
-/// the job.
+/// The SSE response of a streamed job of `model`'s. Dropping it (the client
+/// disconnected) cancels the job.
 pub(crate) fn stream(
     reply: Reply,
+    model: Arc<Model>,
     events: UnboundedReceiver<Event>,
     include_usage: bool,
     cancel: CancelOnDrop,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
-        pending.push_back(reply.chunk(json!({"role": "assistant", "content": ""}), None));
+        for index in 0..reply.choices {
+            let delta = json!({"role": "assistant", "content": ""});
+            pending.push_back(reply.chunk(index, delta, Value::Null, None));
+        }
     }
     let state = Streaming {
+        offsets: vec![0; reply.choices],
+        left: reply.choices,
         reply,
+        model,
         events,
         include_usage,
         pending,
+        usage: (0, 0),
         done: false,
         _cancel: cancel,
     };

@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::api::{self, Params};
-use super::engine::{EngineHandle, Event, Job, SubmitError};
+use super::engine::{EngineHandle, Event, Job, Outcome, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
@@ -161,7 +161,7 @@ enum Input {
 async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, app.body_limit).await?;
     let body = api::parse_body(&bytes)?;
-    let params = Params::parse(&body)?;
+    let params = Params::parse(&body, kind)?;
     if let Some(asked) = params.model.as_deref() {
         if asked != app.model_id {
             return Err(ApiError::unknown_model(asked, &app.model_id));
@@ -194,23 +194,29 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
     } else {
         (params.temperature, params.top_p)
     };
-    let job = Job {
-        prompt,
-        options: GenerateOptions {
-            max_tokens,
-            stop_strings: params.stop.clone(),
-            stop_ids: app.model.stop_ids.clone(),
-            ..GenerateOptions::default()
-        },
-        sampler: SamplerConfig {
+    // Choice i draws with seed + i, so that sampled choices differ.
+    let seed = params.seed.unwrap_or_else(rand::random);
+    let samplers = (0..params.n as u64)
+        .map(|i| SamplerConfig {
             temperature,
             top_k: 0,
             top_p,
             min_p: 0.0,
             repetition_penalty: 1.0,
             repeat_last_n: 0,
-            seed: params.seed.unwrap_or_else(rand::random),
+            seed: seed.wrapping_add(i),
+        })
+        .collect();
+    let job = Job {
+        prompt,
+        options: GenerateOptions {
+            max_tokens,
+            stop_strings: params.stop.clone(),
+            stop_ids: app.model.stop_ids.clone(),
+            logprobs: params.logprobs,
+            ..GenerateOptions::default()
         },
+        samplers,
         events: sender,
         cancel: cancel.clone(),
         submitted: Instant::now(),
@@ -229,27 +235,37 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         },
         created: unix_now(),
         model: app.model_id.clone(),
+        choices: params.n,
+        logprobs: params.logprobs.is_some(),
     };
     let cancel = CancelOnDrop(cancel);
     if params.stream {
-        return Ok(reply::stream(reply, events, params.include_usage, cancel).into_response());
+        let model = app.model.clone();
+        let include_usage = params.include_usage;
+        return Ok(reply::stream(reply, model, events, include_usage, cancel).into_response());
     }
-    let outcome = wait(events).await?;
+    let outcomes = wait(events, params.n).await?;
     drop(cancel);
-    Ok(Json(reply.full(&outcome)).into_response())
+    Ok(Json(reply.full(&outcomes, &app.model.tokenizer)).into_response())
 }
 
-/// Waits for a job's end, ignoring its streamed text.
+/// Waits for the end of a job's `n` choices, ignoring their streamed text; the first
+/// failed choice fails the job.
 async fn wait(
     mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
-) -> Result<super::engine::Outcome, ApiError> {
-    loop {
+    n: usize,
+) -> Result<Vec<Outcome>, ApiError> {
+    let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
+    while outcomes.iter().any(Option::is_none) {
         match events.recv().await {
-            Some(Event::Text(_)) => {}
-            Some(Event::Done(result)) => return result.map_err(ApiError::from),
+            Some(Event::Text { .. }) => {}
+            Some(Event::Done { index, result }) => {
+                outcomes[index] = Some(result.map_err(ApiError::from)?);
+            }
             None => return Err(ApiError::shutting_down()),
         }
     }
+    Ok(outcomes.into_iter().flatten().collect())
 }
 
 /// Renders and tokenizes the input (runs on a blocking thread). A plain prompt gets

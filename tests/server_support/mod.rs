@@ -226,22 +226,33 @@ pub struct Streamed {
     pub finish_reason: Option<String>,
 }
 
-/// Checks and reads an SSE stream's body.
-pub fn read_stream(body: &str) -> Streamed {
+/// The JSON chunks of an SSE stream's body. Panics unless it is well-formed: JSON
+/// chunks without an error, then exactly one final `[DONE]`.
+pub fn chunks(body: &str) -> Vec<Value> {
     let data = sse_data(body);
     assert_eq!(
         data.last().map(String::as_str),
         Some("[DONE]"),
         "stream does not end with [DONE]: {body}"
     );
+    data[..data.len() - 1]
+        .iter()
+        .map(|payload| {
+            let chunk: Value = serde_json::from_str(payload).expect("a JSON chunk");
+            assert!(chunk.get("error").is_none(), "stream failed: {payload}");
+            chunk
+        })
+        .collect()
+}
+
+/// Checks and reads an SSE stream's body.
+pub fn read_stream(body: &str) -> Streamed {
     let mut streamed = Streamed {
         text: String::new(),
         ids: Vec::new(),
         finish_reason: None,
     };
-    for payload in &data[..data.len() - 1] {
-        let chunk: Value = serde_json::from_str(payload).expect("a JSON chunk");
-        assert!(chunk.get("error").is_none(), "stream failed: {payload}");
+    for chunk in chunks(body) {
         streamed
             .ids
             .push(chunk["id"].as_str().expect("an id").to_string());

@@ -108,6 +108,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         stop_ids: model.stop_ids.clone(),
         force_tokens: args.force_tokens.clone(),
         top_logits: args.top_logits,
+        logprobs: None,
     };
     let mut stdout = std::io::stdout().lock();
     let json = args.json;

@@ -1,0 +1,239 @@
+//! Which request fields the server reads, which it may ignore because they cannot change
+//! what is generated, and which it refuses by name: a field that would change the
+//! result and is not implemented is a 400 naming it (unless it holds its neutral value),
+//! and so is a field OpenAI does not define, as OpenAI answers it.
+
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::reply::Kind;
+
+/// Fields both endpoints read.
+const READ: [&str; 11] = [
+    "model",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "n",
+    "stream",
+    "stream_options",
+    "logprobs",
+];
+
+/// Fields only the chat endpoint reads.
+const READ_CHAT: [&str; 2] = ["messages", "top_logprobs"];
+
+/// Fields only the completions endpoint reads (`best_of` when it equals `n`).
+const READ_TEXT: [&str; 2] = ["prompt", "best_of"];
+
+/// Fields that cannot change the generated tokens (bookkeeping, storage, caching and
+/// latency hints): accepted and ignored.
+const IGNORED: [&str; 8] = [
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "prediction",
+];
+
+/// Fields of the chat endpoint that change the result and are not implemented, with
+/// the neutral value each may hold.
+const UNSUPPORTED_CHAT: [(&str, Neutral); 13] = [
+    ("tools", Neutral::Null),
+    ("tool_choice", Neutral::Null),
+    ("parallel_tool_calls", Neutral::Null),
+    ("functions", Neutral::Null),
+    ("function_call", Neutral::Null),
+    ("response_format", Neutral::TextFormat),
+    ("logit_bias", Neutral::EmptyObject),
+    ("frequency_penalty", Neutral::Zero),
+    ("presence_penalty", Neutral::Zero),
+    ("modalities", Neutral::TextModality),
+    ("audio", Neutral::Null),
+    ("reasoning_effort", Neutral::Null),
+    ("web_search_options", Neutral::Null),
+];
+
+/// Fields of the completions endpoint that change the result and are not implemented.
+const UNSUPPORTED_TEXT: [(&str, Neutral); 5] = [
+    ("logit_bias", Neutral::EmptyObject),
+    ("frequency_penalty", Neutral::Zero),
+    ("presence_penalty", Neutral::Zero),
+    ("echo", Neutral::False),
+    ("suffix", Neutral::EmptyString),
+];
+
+/// Fields of a chat message that change the prompt and are not implemented (`role`
+/// and `content` are read).
+const UNSUPPORTED_MESSAGE: [(&str, Neutral); 6] = [
+    ("name", Neutral::Null),
+    ("tool_calls", Neutral::EmptyArray),
+    ("tool_call_id", Neutral::Null),
+    ("function_call", Neutral::Null),
+    ("audio", Neutral::Null),
+    ("refusal", Neutral::Null),
+];
+
+/// The value an unimplemented field may hold because it asks for nothing; null always
+/// counts as absent.
+#[derive(Clone, Copy)]
+enum Neutral {
+    Null,
+    Zero,
+    False,
+    EmptyString,
+    EmptyArray,
+    EmptyObject,
+    /// `{"type": "text"}`.
+    TextFormat,
+    /// `["text"]`.
+    TextModality,
+}
+
+impl Neutral {
+    fn holds(self, value: &Value) -> bool {
+        match (self, value) {
+            (_, Value::Null) => true,
+            (Neutral::Zero, Value::Number(n)) => n.as_f64() == Some(0.0),
+            (Neutral::False, Value::Bool(b)) => !b,
+            (Neutral::EmptyString, Value::String(s)) => s.is_empty(),
+            (Neutral::EmptyArray, Value::Array(a)) => a.is_empty(),
+            (Neutral::EmptyObject, Value::Object(o)) => o.is_empty(),
+            (Neutral::TextFormat, Value::Object(o)) => {
+                o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text")
+            }
+            (Neutral::TextModality, Value::Array(a)) => {
+                a.len() == 1 && a[0].as_str() == Some("text")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Refuses the first field of a `kind` request body that is unknown, or known but not
+/// implemented and not neutral.
+pub(crate) fn check_request(body: &Map<String, Value>, kind: Kind) -> Result<(), ApiError> {
+    let (own, unsupported): (&[&str], &[(&str, Neutral)]) = match kind {
+        Kind::Chat => (&READ_CHAT, &UNSUPPORTED_CHAT),
+        Kind::Text => (&READ_TEXT, &UNSUPPORTED_TEXT),
+    };
+    for (key, value) in body {
+        let key = key.as_str();
+        if READ.contains(&key) || own.contains(&key) || IGNORED.contains(&key) {
+            continue;
+        }
+        check_field(key, key, value, unsupported)?;
+    }
+    Ok(())
+}
+
+/// Refuses the first field of chat message `i` that is unknown, or known but not
+/// implemented and not neutral.
+pub(crate) fn check_message(i: usize, message: &Map<String, Value>) -> Result<(), ApiError> {
+    for (key, value) in message {
+        if key == "role" || key == "content" {
+            continue;
+        }
+        check_field(
+            &format!("messages[{i}].{key}"),
+            key,
+            value,
+            &UNSUPPORTED_MESSAGE,
+        )?;
+    }
+    Ok(())
+}
+
+fn check_field(
+    param: &str,
+    key: &str,
+    value: &Value,
+    unsupported: &[(&str, Neutral)],
+) -> Result<(), ApiError> {
+    match unsupported.iter().find(|(name, _)| *name == key) {
+        Some((_, neutral)) if neutral.holds(value) => Ok(()),
+        Some(_) => Err(ApiError::invalid(
+            "unsupported_parameter",
+            Some(param),
+            format!("Unsupported parameter: '{param}' is not supported by this server yet."),
+        )),
+        None => Err(ApiError::invalid(
+            "unknown_parameter",
+            Some(param),
+            format!("Unknown parameter: '{param}'."),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn check(kind: Kind, body: Value) -> Result<(), (&'static str, Option<String>)> {
+        check_request(body.as_object().unwrap(), kind).map_err(|e| (e.code, e.param))
+    }
+
+    #[test]
+    fn unimplemented_fields_are_refused_unless_neutral() {
+        let refused = |kind, body: Value, param: &str| {
+            assert_eq!(
+                check(kind, body),
+                Err(("unsupported_parameter", Some(param.to_string())))
+            );
+        };
+        refused(Kind::Chat, json!({"tools": []}), "tools");
+        refused(Kind::Chat, json!({"tool_choice": "none"}), "tool_choice");
+        refused(
+            Kind::Chat,
+            json!({"response_format": {"type": "json_object"}}),
+            "response_format",
+        );
+        refused(Kind::Chat, json!({"logit_bias": {"1": 5}}), "logit_bias");
+        refused(
+            Kind::Chat,
+            json!({"parallel_tool_calls": false}),
+            "parallel_tool_calls",
+        );
+        refused(Kind::Text, json!({"echo": true}), "echo");
+        refused(
+            Kind::Text,
+            json!({"presence_penalty": 0.5}),
+            "presence_penalty",
+        );
+        let neutral = json!({
+            "tools": null, "response_format": {"type": "text"}, "logit_bias": {},
+            "frequency_penalty": 0, "modalities": ["text"], "user": "u", "store": false,
+        });
+        assert_eq!(check(Kind::Chat, neutral), Ok(()));
+        let text = json!({"echo": false, "suffix": "", "logit_bias": {}, "best_of": 1});
+        assert_eq!(check(Kind::Text, text), Ok(()));
+    }
+
+    #[test]
+    fn unknown_fields_and_the_other_endpoints_fields_are_refused() {
+        let unknown = |kind, body: Value, param: &str| {
+            assert_eq!(
+                check(kind, body),
+                Err(("unknown_parameter", Some(param.to_string())))
+            );
+        };
+        unknown(Kind::Chat, json!({"top_k": 40}), "top_k");
+        unknown(Kind::Chat, json!({"prompt": "x"}), "prompt");
+        unknown(Kind::Text, json!({"messages": []}), "messages");
+        unknown(Kind::Text, json!({"top_logprobs": 2}), "top_logprobs");
+        let message = json!({"role": "user", "content": "x", "name": "bob"});
+        let error = check_message(2, message.as_object().unwrap()).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[2].name"));
+        let message =
+            json!({"role": "assistant", "content": "x", "tool_calls": [], "refusal": null});
+        assert!(check_message(0, message.as_object().unwrap()).is_ok());
+    }
+}
