@@ -5,4 +5,6 @@
 
 mod scheduler;
 
-pub use scheduler::{Event, Failure, Limits, Request, Scheduler, StepReport};
+pub use scheduler::{
+    Event, Failure, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS,
+};

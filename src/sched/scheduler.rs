@@ -13,23 +13,20 @@ use crate::model::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     parallel: usize,
-    step_tokens: usize,
+    prefill_tokens: usize,
 }
 
+/// Prompt tokens a step takes while other sequences decode, unless told otherwise.
+pub const DEFAULT_PREFILL_TOKENS: usize = 32;
+
 impl Limits {
-    /// At most `parallel` sequences at once, and at most `step_tokens` tokens per step
-    /// (decodes first, then prompt chunks). `step_tokens` must leave room for every
-    /// decode plus one prompt chunk, and fit one batched step.
-    pub fn new(parallel: usize, step_tokens: usize) -> Result<Limits, String> {
+    /// At most `parallel` sequences at once. While some of them decode, a step takes at
+    /// most `prefill_tokens` prompt tokens besides their decodes, so their time per
+    /// token stays bounded; with none decoding, prompts fill a whole step
+    /// ([`MAX_STEP_TOKENS`]).
+    pub fn new(parallel: usize, prefill_tokens: usize) -> Result<Limits, String> {
         if parallel == 0 {
             return Err("the number of parallel sequences must be at least 1".into());
-        }
-        let least = parallel + PREFILL_CHUNK;
-        if step_tokens < least.min(MAX_STEP_TOKENS) || step_tokens > MAX_STEP_TOKENS {
-            return Err(format!(
-                "a step's token budget must be between {} and {MAX_STEP_TOKENS}, got {step_tokens}",
-                least.min(MAX_STEP_TOKENS)
-            ));
         }
         if parallel > MAX_STEP_TOKENS - PREFILL_CHUNK {
             return Err(format!(
@@ -37,15 +34,24 @@ impl Limits {
                 MAX_STEP_TOKENS - PREFILL_CHUNK
             ));
         }
+        if prefill_tokens == 0 || parallel + prefill_tokens > MAX_STEP_TOKENS {
+            return Err(format!(
+                "prompt tokens per step must be between 1 and {} with {parallel} in parallel, got {prefill_tokens}",
+                MAX_STEP_TOKENS - parallel
+            ));
+        }
         Ok(Limits {
             parallel,
-            step_tokens,
+            prefill_tokens,
         })
     }
 
-    /// `parallel` sequences with the largest step budget.
+    /// `parallel` sequences with the default prompt tokens per step.
     pub fn parallel(parallel: usize) -> Result<Limits, String> {
-        Limits::new(parallel, MAX_STEP_TOKENS)
+        Limits::new(
+            parallel,
+            DEFAULT_PREFILL_TOKENS.min(MAX_STEP_TOKENS - parallel),
+        )
     }
 
     /// Most sequences at once.
@@ -188,13 +194,17 @@ impl<'t> Scheduler<'t> {
         runner: &mut Runner,
         on_event: &mut dyn FnMut(u64, Event<'_>) -> bool,
     ) -> StepReport {
-        let mut budget = self.limits.step_tokens;
         // Per slot, the tokens it evaluates this step (empty: waits).
-        let mut plan: Vec<Vec<u32>> = Vec::with_capacity(self.slots.len());
-        for slot in &self.slots {
-            plan.push(slot.next.map_or_else(Vec::new, |t| vec![t]));
-            budget -= plan.last().map_or(0, Vec::len);
-        }
+        let plan_decodes = self
+            .slots
+            .iter()
+            .map(|s| s.next.map_or_else(Vec::new, |t| vec![t]));
+        let mut plan: Vec<Vec<u32>> = plan_decodes.collect();
+        let decodes = plan.iter().filter(|p| !p.is_empty()).count();
+        let mut budget = match decodes {
+            0 => MAX_STEP_TOKENS,
+            _ => self.limits.prefill_tokens,
+        };
         for (slot, tokens) in self.slots.iter().zip(plan.iter_mut()) {
             if slot.next.is_none() && budget > 0 {
                 let take = (slot.prompt.len() - slot.prefilled)

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use switchyard::sched::DEFAULT_PREFILL_TOKENS;
 use switchyard::server::{self, Limits, ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PARALLEL};
 
 use crate::model_args::ModelArgs;
@@ -25,6 +26,11 @@ pub struct ServeArgs {
     /// come a little slower.
     #[arg(long, default_value_t = DEFAULT_PARALLEL, value_name = "N")]
     parallel: usize,
+    /// Prompt tokens a step takes besides the running generations' next tokens: lower
+    /// keeps their time per token steadier, higher gets new requests their first token
+    /// sooner. A step with no generation decoding takes whole prompts.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS, value_name = "N")]
+    prefill_per_step: usize,
     /// Most requests that wait while `--parallel` run; the next gets 429.
     #[arg(long, default_value_t = 64, value_name = "N")]
     max_queue: usize,
@@ -38,7 +44,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.max_queue > MAX_QUEUE_LIMIT {
         bail!("--max-queue must be at most {MAX_QUEUE_LIMIT}");
     }
-    let limits = Limits::parallel(args.parallel).map_err(|e| anyhow::anyhow!("--parallel: {e}"))?;
+    let limits = Limits::new(args.parallel, args.prefill_per_step)
+        .map_err(|e| anyhow::anyhow!("--parallel / --prefill-per-step: {e}"))?;
     let (model, runner) = args.model.load()?;
     let id = server::model_id(&model.path);
     let runtime = tokio::runtime::Builder::new_multi_thread()
