@@ -143,3 +143,58 @@ fn bad_input_gets_a_clear_error() {
         stderr(&no_cpu)
     );
 }
+
+/// `chat` keeps its conversation's KV cache: the second turn evaluates only what the
+/// first did not already hold (its prompt and reply), and says so with `--stats`.
+#[test]
+fn chat_turns_evaluate_only_their_new_tokens() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "chat",
+            "--backends",
+            "cpu",
+            "--stats",
+            "-n",
+            "12",
+            "--temperature",
+            "0",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Name a fruit.\nName another one.\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let turns: Vec<(usize, usize, usize)> = stderr(&out)
+        .lines()
+        .filter_map(|l| {
+            let l = l.strip_prefix("(prompt ")?;
+            let n: Vec<usize> = l
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            Some((n[0], n[1], n[2]))
+        })
+        .collect();
+    assert_eq!(turns.len(), 2, "{}", stderr(&out));
+    let ((first, reused0, _), (second, reused1, evaluated1)) = (turns[0], turns[1]);
+    assert_eq!(reused0, 0);
+    assert!(
+        reused1 > first,
+        "second turn reused {reused1} of a first prompt of {first}"
+    );
+    assert_eq!(reused1 + evaluated1, second);
+    assert!(
+        evaluated1 < 20,
+        "{evaluated1} tokens evaluated for one new short message"
+    );
+}

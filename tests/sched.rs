@@ -20,7 +20,7 @@ fn load() -> (Model, Runner) {
         model.weights.clone(),
         model.fingerprint,
         BackendSet::new(backends).unwrap(),
-        512,
+        1024,
     );
     (model, runner)
 }
@@ -127,12 +127,12 @@ fn refusals_and_cancellations_leave_the_others_running() {
     let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
     let prompt = model.tokenizer.encode_chat("Count to ten.").unwrap();
     let too_long = Request {
-        prompt: vec![1; 600],
+        prompt: vec![1; 1100],
         options: options(&model, 4),
         sampler: greedy(),
     };
     let err = scheduler.admit(&runner, 9, too_long).unwrap_err();
-    assert!(err.to_string().contains("context holds 512"), "{err}");
+    assert!(err.to_string().contains("context holds 1024"), "{err}");
     for id in [1, 2] {
         let request = Request {
             prompt: prompt.clone(),
@@ -161,4 +161,61 @@ fn refusals_and_cancellations_leave_the_others_running() {
     assert_ne!(ended[&2], FinishReason::Cancelled);
     assert!(Limits::new(0, 64).is_err() && Limits::new(4, 0).is_err());
     assert!(Limits::new(16, 241).is_err() && Limits::new(16, 240).is_ok());
+}
+
+#[test]
+fn a_shared_prompt_prefix_is_evaluated_once_and_changes_nothing() {
+    let (model, mut runner) = load();
+    let shared = "You are a careful assistant. Answer briefly and exactly. ".repeat(48);
+    let prompt = |question: &str| {
+        model
+            .tokenizer
+            .encode_chat(&format!("{shared}\n{question}"))
+            .unwrap()
+    };
+    let (first, second) = (prompt("What is salt?"), prompt("Why is the sky blue?"));
+    let common = first
+        .iter()
+        .zip(&second)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(common >= 500, "only {common} tokens in common");
+    let mut sampler = Sampler::new(greedy()).unwrap();
+    let alone = generate(
+        &mut runner,
+        &model.tokenizer,
+        &mut sampler,
+        &second,
+        &options(&model, 8),
+        &mut |_| true,
+    )
+    .unwrap();
+
+    let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
+    let mut prompt_tokens = [0usize; 2];
+    let mut done = HashMap::new();
+    for (id, p) in [(0u64, &first), (1, &second)] {
+        let request = Request {
+            prompt: p.clone(),
+            options: options(&model, 8),
+            sampler: greedy(),
+        };
+        scheduler.admit(&runner, id, request).unwrap();
+        while scheduler.running() > 0 {
+            let report = scheduler.step(&mut runner, &mut |id, event| {
+                if let Event::Done(result) = event {
+                    done.insert(id, result.unwrap());
+                }
+                true
+            });
+            prompt_tokens[id as usize] += report.prompt_tokens;
+        }
+    }
+    let stats = scheduler.prefix_stats();
+    assert_eq!((stats.lookups, stats.hits), (2, 1), "{stats:?}");
+    let reused = common / 32 * 32;
+    assert_eq!(stats.reused_tokens as usize, reused);
+    assert_eq!(prompt_tokens[0], first.len());
+    assert_eq!(prompt_tokens[1], second.len() - reused);
+    assert_eq!(done[&1].tokens, alone.tokens, "reuse changed the output");
 }

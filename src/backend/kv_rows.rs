@@ -1,6 +1,10 @@
 //! One layer's keys or values, stored in blocks of [`KV_BLOCK`] positions allocated as
 //! positions are written, so a sequence's cache holds memory for the tokens it holds,
-//! not for its whole context.
+//! not for its whole context. Blocks are shared by reference count: a fork of a
+//! sequence's first positions (a cached prompt prefix) copies no values, and a shared
+//! block is copied only when one of its sharers writes into it.
+
+use std::sync::Arc;
 
 use half::f16;
 
@@ -13,9 +17,9 @@ pub const KV_BLOCK: usize = 32;
 #[derive(Clone, Debug)]
 pub enum KvBlocks {
     /// Half-precision blocks.
-    F16(Vec<Box<[f16]>>),
+    F16(Vec<Arc<Vec<f16>>>),
     /// Single-precision blocks.
-    F32(Vec<Box<[f32]>>),
+    F32(Vec<Arc<Vec<f32>>>),
 }
 
 /// One layer's keys or values: `width` values per position, at most `capacity`
@@ -72,11 +76,12 @@ impl KvRows {
                 KvBlocks::F16(blocks) => {
                     use half::slice::HalfFloatSliceExt;
                     grow(blocks, block, width, f16::ZERO);
-                    blocks[block][at..at + chunk.len()].convert_from_f32_slice(chunk);
+                    Arc::make_mut(&mut blocks[block])[at..at + chunk.len()]
+                        .convert_from_f32_slice(chunk);
                 }
                 KvBlocks::F32(blocks) => {
                     grow(blocks, block, width, 0.0);
-                    blocks[block][at..at + chunk.len()].copy_from_slice(chunk);
+                    Arc::make_mut(&mut blocks[block])[at..at + chunk.len()].copy_from_slice(chunk);
                 }
             }
             pos += chunk.len() / width.max(1);
@@ -103,6 +108,16 @@ impl KvRows {
         out
     }
 
+    /// Rows sharing the blocks that hold positions `0..len` (no values are copied).
+    pub fn fork(&self, len: usize) -> KvRows {
+        let keep = len.div_ceil(KV_BLOCK);
+        let blocks = match &self.blocks {
+            KvBlocks::F16(b) => KvBlocks::F16(b.iter().take(keep).cloned().collect()),
+            KvBlocks::F32(b) => KvBlocks::F32(b.iter().take(keep).cloned().collect()),
+        };
+        KvRows { blocks, ..*self }
+    }
+
     /// Bytes of the allocated blocks.
     pub(super) fn bytes(&self) -> usize {
         match &self.blocks {
@@ -127,9 +142,9 @@ fn chunks_by_block(position: usize, values: &[f32], width: usize) -> Vec<&[f32]>
 }
 
 /// Allocates zeroed blocks up to and including `block`.
-fn grow<T: Copy>(blocks: &mut Vec<Box<[T]>>, block: usize, width: usize, zero: T) {
+fn grow<T: Copy>(blocks: &mut Vec<Arc<Vec<T>>>, block: usize, width: usize, zero: T) {
     while blocks.len() <= block {
-        blocks.push(vec![zero; KV_BLOCK * width].into_boxed_slice());
+        blocks.push(Arc::new(vec![zero; KV_BLOCK * width]));
     }
 }
 
@@ -151,5 +166,25 @@ mod tests {
             assert!(rows.write(99, &[1.0; 6]).is_err(), "past capacity");
             assert!(rows.write(0, &[1.0; 4]).is_err(), "not whole positions");
         }
+    }
+
+    #[test]
+    fn a_fork_shares_blocks_until_either_side_writes() {
+        let mut rows = KvRows::new(KvDType::F32, 2, 100);
+        let values: Vec<f32> = (0..2 * 40).map(|v| v as f32).collect();
+        rows.write(0, &values).unwrap();
+        let mut fork = rows.fork(33);
+        assert_eq!(fork.read_f32(33), values[..66]);
+        // The fork's next positions go into its copy of the shared second block.
+        fork.write(33, &[-1.0, -2.0]).unwrap();
+        assert_eq!(rows.read_f32(40), values, "the source is untouched");
+        assert_eq!(fork.read_f32(34)[66..], [-1.0, -2.0]);
+        let KvBlocks::F32(a) = rows.blocks() else {
+            unreachable!()
+        };
+        let KvBlocks::F32(b) = fork.blocks() else {
+            unreachable!()
+        };
+        assert!(Arc::ptr_eq(&a[0], &b[0]) && !Arc::ptr_eq(&a[1], &b[1]));
     }
 }

@@ -151,6 +151,28 @@ impl KvCache {
         Ok((device, host))
     }
 
+    /// A cache sharing this one's first `len` positions (their blocks are shared, not
+    /// copied; a later write to a shared block copies it). Brings layers whose newest
+    /// rows are on a device back to the host first; the fork has no device copy.
+    pub fn fork(&mut self, len: usize) -> Result<KvCache, BackendError> {
+        if len > self.layout.capacity {
+            return Err(BackendError::KvCache(format!(
+                "cannot fork {len} positions of a cache of {}",
+                self.layout.capacity
+            )));
+        }
+        for layer in 0..self.layout.n_layers {
+            self.layer_mut(layer, len)?;
+        }
+        Ok(KvCache {
+            layout: self.layout,
+            keys: self.keys.iter().map(|k| k.fork(len)).collect(),
+            values: self.values.iter().map(|v| v.fork(len)).collect(),
+            home: vec![MemorySpace::HOST; self.layout.n_layers],
+            device: None,
+        })
+    }
+
     fn check_layer(&self, layer: usize) -> Result<(), BackendError> {
         if layer >= self.layout.n_layers {
             return Err(BackendError::KvCache(format!(

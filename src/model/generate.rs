@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::sampler::Sampler;
 use super::tokenizer::Tokenizer;
-use super::{ModelError, Runner};
+use super::{ModelError, Runner, Sequence};
 
 /// What to generate and when to stop.
 #[derive(Clone, Debug, Default)]
@@ -116,11 +116,35 @@ pub fn generate(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation, ModelError> {
     let mut seq = runner.new_sequence();
+    generate_after(
+        runner, &mut seq, tokenizer, sampler, prompt, options, on_text,
+    )
+}
+
+/// [`generate`] on `seq`, which already holds the first `seq.len()` tokens of `prompt`
+/// (a conversation's earlier turns): only the rest of the prompt is evaluated. The
+/// sequence ends holding the prompt and every generated token but the last.
+pub fn generate_after(
+    runner: &mut Runner,
+    seq: &mut Sequence,
+    tokenizer: &Tokenizer,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation, ModelError> {
+    if seq.len() >= prompt.len() && !prompt.is_empty() {
+        return Err(ModelError::Input(format!(
+            "the sequence already holds {} positions; the prompt has {}",
+            seq.len(),
+            prompt.len()
+        )));
+    }
     let mut decoding = Decoding::new(tokenizer, prompt, options.clone(), seq.context())?;
-    let mut logits = runner.forward(&mut seq, prompt)?;
+    let mut logits = runner.forward(seq, &prompt[seq.len()..])?;
     let mut on_piece = |text: &str, _: &[TokenLogprobs]| on_text(text);
     while let Some(token) = decoding.accept(&logits, sampler, &mut on_piece)? {
-        logits = runner.forward(&mut seq, &[token])?;
+        logits = runner.forward(seq, &[token])?;
     }
     decoding.finish(&mut on_piece)
 }

@@ -23,8 +23,8 @@ pub mod tokenizer;
 pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use error::ModelError;
 pub use generate::{
-    generate, Decoding, FinishReason, GenerateOptions, Generation, OnPiece, Timings, TokenLogprobs,
-    TopLogit, TopLogprob,
+    generate, generate_after, Decoding, FinishReason, GenerateOptions, Generation, OnPiece,
+    Timings, TokenLogprobs, TopLogit, TopLogprob,
 };
 pub use loader::Model;
 pub use runner::{

@@ -99,6 +99,28 @@ impl Sequence {
         self.kv.bytes()
     }
 
+    /// A sequence holding this one's first `len` positions, sharing their KV blocks
+    /// (a cached prompt prefix, or a chat's history); `len` at most [`Sequence::len`].
+    pub fn fork(&mut self, len: usize) -> Result<Sequence, ModelError> {
+        if len > self.len {
+            return Err(ModelError::Input(format!(
+                "cannot fork {len} positions of a sequence holding {}",
+                self.len
+            )));
+        }
+        Ok(Sequence {
+            kv: self.kv.fork(len)?,
+            len,
+            context: self.context,
+        })
+    }
+
+    /// Forgets every position from `len` on (the next tokens are evaluated after
+    /// position `len - 1`); a no-op when `len` is not shorter.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Bytes its KV cache holds when all `context` positions are written.
     pub fn kv_capacity_bytes(&self) -> usize {
         let l = self.kv.layout();

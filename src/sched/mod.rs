@@ -3,8 +3,11 @@
 //! ends. Model-agnostic: it drives a [`crate::model::Runner`] through batched steps and
 //! a [`crate::model::Decoding`] per sequence, and knows nothing of HTTP.
 
+mod prefix;
 mod scheduler;
 
+pub use prefix::{PrefixCache, PrefixStats};
 pub use scheduler::{
     Event, Failure, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS,
+    DEFAULT_PREFIXES,
 };

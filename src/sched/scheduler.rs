@@ -2,6 +2,7 @@
 //! evaluates one token of each decoding sequence plus prompt chunks of newly admitted
 //! ones, within a token budget, so running streams keep a bounded time per token.
 
+use super::prefix::{PrefixCache, PrefixStats};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{
@@ -123,7 +124,11 @@ pub struct Scheduler<'t> {
     tokenizer: &'t Tokenizer,
     limits: Limits,
     slots: Vec<Slot<'t>>,
+    prefixes: PrefixCache,
 }
+
+/// Prompt prefixes a scheduler remembers unless told otherwise.
+pub const DEFAULT_PREFIXES: usize = 256;
 
 impl<'t> Scheduler<'t> {
     /// An empty scheduler decoding text with `tokenizer`.
@@ -132,7 +137,21 @@ impl<'t> Scheduler<'t> {
             tokenizer,
             limits,
             slots: Vec::new(),
+            prefixes: PrefixCache::new(DEFAULT_PREFIXES),
         }
+    }
+
+    /// The same scheduler remembering at most `capacity` prompt prefixes (0: none).
+    pub fn with_prefix_cache(self, capacity: usize) -> Scheduler<'t> {
+        Scheduler {
+            prefixes: PrefixCache::new(capacity),
+            ..self
+        }
+    }
+
+    /// The prefix cache's counters.
+    pub fn prefix_stats(&self) -> PrefixStats {
+        self.prefixes.stats()
     }
 
     /// Whether another sequence can join.
@@ -160,8 +179,11 @@ impl<'t> Scheduler<'t> {
                 self.limits.parallel
             )));
         }
-        let seq = runner.new_sequence();
         let sampler = Sampler::new(request.sampler)?;
+        let (seq, prefilled) = match self.prefixes.lookup(&request.prompt) {
+            Some((seq, reused)) => (seq, reused),
+            None => (runner.new_sequence(), 0),
+        };
         let decoding = Decoding::new(
             self.tokenizer,
             &request.prompt,
@@ -172,7 +194,7 @@ impl<'t> Scheduler<'t> {
             id,
             seq,
             prompt: request.prompt,
-            prefilled: 0,
+            prefilled,
             next: None,
             decoding,
             sampler,
@@ -256,6 +278,7 @@ impl<'t> Scheduler<'t> {
                 if slot.prefilled < slot.prompt.len() {
                     continue;
                 }
+                self.prefixes.insert(&slot.prompt, &mut slot.seq);
             }
             let id = slot.id;
             let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {

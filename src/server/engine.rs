@@ -309,7 +309,10 @@ impl Engine {
             })
         }));
         match outcome {
-            Ok(report) => self.metrics.step(report.sequences, report.tokens),
+            Ok(report) => {
+                self.metrics.step(report.sequences, report.tokens);
+                self.metrics.prefixes(scheduler.prefix_stats());
+            }
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()

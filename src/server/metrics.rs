@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::cache::CacheStats;
 use crate::model::{FinishReason, PhaseStats};
+use crate::sched::PrefixStats;
 
 /// Upper bounds (seconds) of the time-to-first-token buckets.
 const TTFT_BUCKETS: [f64; 12] = [
@@ -76,6 +77,7 @@ pub(crate) struct Metrics {
     steps: AtomicU64,
     step_sequences: AtomicU64,
     step_tokens: AtomicU64,
+    prefixes: Mutex<PrefixStats>,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
@@ -118,6 +120,7 @@ impl Metrics {
             steps: AtomicU64::new(0),
             step_sequences: AtomicU64::new(0),
             step_tokens: AtomicU64::new(0),
+            prefixes: Mutex::new(PrefixStats::default()),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
@@ -147,6 +150,11 @@ impl Metrics {
         self.step_sequences
             .fetch_add(sequences as u64, Ordering::Relaxed);
         self.step_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+    }
+
+    /// Stores the prefix cache's counters.
+    pub fn prefixes(&self, stats: PrefixStats) {
+        *lock(&self.prefixes) = stats;
     }
 
     /// Records a finished generation: its token counts, why it ended, its time to first
@@ -267,7 +275,34 @@ impl Metrics {
                 self.step_tokens.load(Ordering::Relaxed) as i64,
             ),
         ];
-        for (name, kind, help, value) in simple {
+        let p = *lock(&self.prefixes);
+        let prefix = [
+            (
+                "switchyard_prefix_cache_lookups_total",
+                "counter",
+                "Prompts looked up in the prefix cache.",
+                p.lookups as i64,
+            ),
+            (
+                "switchyard_prefix_cache_hits_total",
+                "counter",
+                "Prompts that started from a cached prefix (hit rate: hits / lookups).",
+                p.hits as i64,
+            ),
+            (
+                "switchyard_prefix_cache_reused_tokens_total",
+                "counter",
+                "Prompt tokens not evaluated because a cached prefix held them.",
+                p.reused_tokens as i64,
+            ),
+            (
+                "switchyard_prefix_cache_entries",
+                "gauge",
+                "Prompt prefixes the cache holds.",
+                p.entries as i64,
+            ),
+        ];
+        for (name, kind, help, value) in simple.into_iter().chain(prefix) {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
@@ -371,6 +406,12 @@ mod tests {
         m.generation(5, 3, FinishReason::Length, 0.3, Some(0.07));
         m.queue_add(2);
         m.step(4, 67);
+        m.prefixes(PrefixStats {
+            lookups: 3,
+            hits: 2,
+            reused_tokens: 64,
+            entries: 5,
+        });
         m.gates(vec![GateSnapshot {
             bucket: 64,
             active: Some("split".into()),
@@ -387,6 +428,8 @@ mod tests {
             "switchyard_batch_size 4",
             "switchyard_steps_total 1",
             "switchyard_step_tokens_total 67",
+            "switchyard_prefix_cache_hits_total 2",
+            "switchyard_prefix_cache_reused_tokens_total 64",
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.5\"} 1",
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.25\"} 0",
             "switchyard_time_per_output_token_seconds_count 1",

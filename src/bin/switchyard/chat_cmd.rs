@@ -1,5 +1,7 @@
 //! `switchyard chat`: an interactive multi-turn conversation with the model's chat
-//! template; the history is kept, Ctrl-D (end of input) exits.
+//! template; the history is kept, Ctrl-D (end of input) exits. The conversation's
+//! sequence is kept too, so each turn evaluates only the tokens after what the previous
+//! turns already put in the KV cache.
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -7,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::{generate, GenerateOptions, ModelError};
+use switchyard::model::{generate_after, GenerateOptions, ModelError};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -22,6 +24,10 @@ pub struct ChatArgs {
     /// System message that opens the conversation.
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// After each reply, print on stderr how many prompt tokens the turn reused from
+    /// the conversation's KV cache and how many it evaluated.
+    #[arg(long)]
+    stats: bool,
 }
 
 /// Runs the session until end of input.
@@ -33,6 +39,9 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         .context("this model has no chat template; use `switchyard generate`")?;
     let mut sampler = args.sampling.sampler()?;
     let mut history = Vec::new();
+    // The conversation's sequence and the tokens it holds.
+    let mut seq = runner.new_sequence();
+    let mut held: Vec<u32> = Vec::new();
     if let Some(system) = &args.system {
         history.push(Message::new("system", system.as_str()));
     }
@@ -73,20 +82,45 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         let mut stdout = std::io::stdout().lock();
         let mut on_text =
             |piece: &str| stdout.write_all(piece.as_bytes()).is_ok() && stdout.flush().is_ok();
-        match generate(
+        // Keep what the new prompt shares with the tokens held; at least one token of
+        // the prompt is evaluated, for its logits.
+        let common = held
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        seq.truncate(common);
+        held.truncate(common);
+        let result = generate_after(
             &mut runner,
+            &mut seq,
             &model.tokenizer,
             &mut sampler,
             &prompt,
             &options,
             &mut on_text,
-        ) {
+        );
+        match result {
             Ok(reply) => {
                 println!();
+                if args.stats {
+                    eprintln!(
+                        "(prompt {} tokens: {common} reused, {} evaluated; {} generated)",
+                        prompt.len(),
+                        prompt.len() - common,
+                        reply.tokens.len()
+                    );
+                }
+                held = prompt;
+                held.extend_from_slice(&reply.tokens[..reply.tokens.len().saturating_sub(1)]);
+                held.truncate(seq.len());
                 history.push(Message::new("assistant", reply.text.trim()));
             }
             Err(ModelError::ContextFull { needed, context }) => {
                 history.pop();
+                held.clear();
+                seq.truncate(0);
                 eprintln!("the conversation needs {needed} positions but the context holds {context}; type /reset or restart with a larger --ctx");
             }
             Err(other) => return Err(other.into()),

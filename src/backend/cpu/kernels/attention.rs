@@ -1,5 +1,7 @@
 //! Causal grouped-query attention over a sequence's KV cache.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use super::check_len;
@@ -169,8 +171,8 @@ fn wide_vectors_available() -> bool {
 /// One layer's cached keys or values, borrowed in their storage type.
 #[derive(Clone, Copy)]
 enum Rows<'a> {
-    F16(&'a [Box<[f16]>], usize),
-    F32(&'a [Box<[f32]>], usize),
+    F16(&'a [Arc<Vec<f16>>], usize),
+    F32(&'a [Arc<Vec<f32>>], usize),
 }
 
 impl<'a> Rows<'a> {
@@ -409,11 +411,11 @@ mod tests {
         let block = |v: &[f32]| {
             let mut b = v.to_vec();
             b.resize(KV_BLOCK * 2 * dh, f32::NAN);
-            vec![b.into_boxed_slice()]
+            vec![Arc::new(b)]
         };
-        let half = |b: &[Box<[f32]>]| -> Vec<Box<[f16]>> {
+        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
             b.iter()
-                .map(|b| b.iter().map(|&v| f16::from_f32(v)).collect())
+                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
                 .collect()
         };
         let (keys32, values32) = (block(&keys), block(&values));
