@@ -210,3 +210,57 @@ fn sigterm_ends_open_streams_and_exits_zero() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// With `--kv-memory` holding about two requests, 24 streaming clients all complete
+/// with their own text (requests wait for KV room in the queue), one that could never
+/// fit gets a 400 naming the budget, and the KV gauges return to zero.
+#[test]
+fn a_small_kv_budget_queues_requests_and_every_one_completes() {
+    let _serial = serial();
+    // 23 040 bytes per position for the default model: 2 MiB hold 91 positions.
+    let server = Server::start(&["--kv-memory", "2", "--max-queue", "64", "--ctx", "512"]);
+    let addr = server.addr;
+    let too_big = post(addr, "/v1/chat/completions", &chat("Hi", 200, false));
+    assert_eq!(too_big.status, 400, "{}", too_big.text());
+    assert!(too_big.text().contains("--kv-memory"), "{}", too_big.text());
+
+    let clients: Vec<_> = (0..24)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let body = chat(&format!("Say {i}."), MAX_TOKENS, true);
+                (i, post(addr, "/v1/chat/completions", &body))
+            })
+        })
+        .collect();
+    let mut streams = Vec::new();
+    for client in clients {
+        let (i, response) = client.join().expect("a client thread");
+        assert_eq!(response.status, 200, "client {i}: {}", response.text());
+        streams.push((i, read_stream(&response.text())));
+    }
+    for (i, streamed) in &streams {
+        assert!(
+            matches!(streamed.finish_reason.as_deref(), Some("stop" | "length")),
+            "client {i}: {streamed:?}"
+        );
+        let whole = post(
+            addr,
+            "/v1/chat/completions",
+            &chat(&format!("Say {i}."), MAX_TOKENS, false),
+        );
+        let text = whole.json()["choices"][0]["message"]["content"].clone();
+        assert_eq!(text, json!(streamed.text), "client {i}'s stream");
+    }
+    let metrics = get(addr, "/metrics").text();
+    assert_eq!(
+        metric(&metrics, "switchyard_kv_positions_reserved"),
+        Some(0.0)
+    );
+    assert_eq!(metric(&metrics, "switchyard_requests_running"), Some(0.0));
+    let batch = metric(&metrics, "switchyard_step_sequences_total").unwrap()
+        / metric(&metrics, "switchyard_steps_total").unwrap();
+    assert!(
+        batch <= 3.0,
+        "mean batch {batch} under a two-request budget"
+    );
+}

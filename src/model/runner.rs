@@ -228,6 +228,16 @@ impl Runner {
         }
     }
 
+    /// Bytes one position of one sequence takes in the KV cache (keys and values of
+    /// every layer).
+    pub fn kv_bytes_per_position(&self) -> usize {
+        let per = match self.kv_dtype {
+            KvDType::F16 => 2,
+            KvDType::F32 => 4,
+        };
+        2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * per
+    }
+
     /// How new sequences store keys and values.
     pub fn kv_dtype(&self) -> KvDType {
         self.kv_dtype

@@ -8,6 +8,6 @@ mod scheduler;
 
 pub use prefix::{PrefixCache, PrefixStats};
 pub use scheduler::{
-    Event, Failure, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS,
+    Event, Failure, Fit, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS,
     DEFAULT_PREFIXES,
 };

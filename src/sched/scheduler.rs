@@ -15,6 +15,7 @@ use crate::model::{
 pub struct Limits {
     parallel: usize,
     prefill_tokens: usize,
+    kv_positions: Option<usize>,
 }
 
 /// Prompt tokens a step takes while other sequences decode, unless told otherwise.
@@ -44,7 +45,23 @@ impl Limits {
         Ok(Limits {
             parallel,
             prefill_tokens,
+            kv_positions: None,
         })
+    }
+
+    /// The same limits admitting a sequence only while every running one's prompt plus
+    /// `max_tokens` fits in `positions` KV positions in all (`--kv-memory`), so the
+    /// cache can never run out mid-generation; a request that would not fit waits.
+    pub fn with_kv_positions(self, positions: usize) -> Limits {
+        Limits {
+            kv_positions: Some(positions),
+            ..self
+        }
+    }
+
+    /// The KV positions all sequences together may reserve, if bounded.
+    pub fn kv_positions(&self) -> Option<usize> {
+        self.kv_positions
     }
 
     /// `parallel` sequences with the default prompt tokens per step.
@@ -59,6 +76,22 @@ impl Limits {
     pub fn max_parallel(&self) -> usize {
         self.parallel
     }
+}
+
+/// Whether a request can join now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// It can be admitted.
+    Now,
+    /// Not until running sequences end (no sequence slot, or not enough KV positions).
+    Later,
+    /// Never: it needs more KV positions than the whole budget.
+    Never {
+        /// Positions it needs (prompt plus `max_tokens`).
+        needed: usize,
+        /// The budget.
+        budget: usize,
+    },
 }
 
 /// One generation to schedule.
@@ -111,6 +144,8 @@ struct Slot<'t> {
     id: u64,
     seq: Sequence,
     prompt: Vec<u32>,
+    /// KV positions reserved for it: its prompt plus `max_tokens`.
+    reserved: usize,
     /// Prompt tokens already evaluated.
     prefilled: usize,
     /// The token to feed next, once decoding.
@@ -154,9 +189,32 @@ impl<'t> Scheduler<'t> {
         self.prefixes.stats()
     }
 
-    /// Whether another sequence can join.
+    /// Whether another sequence can join (a sequence slot is free).
     pub fn has_room(&self) -> bool {
         self.slots.len() < self.limits.parallel
+    }
+
+    /// Whether `request` can join now: a free slot and, under a KV budget, room for
+    /// its prompt plus `max_tokens` beside what the running sequences reserved.
+    pub fn fits(&self, request: &Request) -> Fit {
+        let needed = positions(request);
+        match self.limits.kv_positions {
+            Some(budget) if needed > budget => Fit::Never { needed, budget },
+            Some(budget) if self.kv_reserved() + needed > budget => Fit::Later,
+            _ if !self.has_room() => Fit::Later,
+            _ => Fit::Now,
+        }
+    }
+
+    /// KV positions the running sequences reserve (each its prompt plus `max_tokens`).
+    pub fn kv_reserved(&self) -> usize {
+        self.slots.iter().map(|s| s.reserved).sum()
+    }
+
+    /// Bytes the running sequences' KV caches hold now (blocks shared with the prefix
+    /// cache or each other counted once per sequence).
+    pub fn kv_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.seq.kv_bytes()).sum()
     }
 
     /// Sequences running.
@@ -173,12 +231,22 @@ impl<'t> Scheduler<'t> {
     /// (empty prompt, too long for the context, bad sampler settings) without
     /// touching the others.
     pub fn admit(&mut self, runner: &Runner, id: u64, request: Request) -> Result<(), ModelError> {
-        if !self.has_room() {
-            return Err(ModelError::Input(format!(
-                "{} sequences are already running",
-                self.limits.parallel
-            )));
+        match self.fits(&request) {
+            Fit::Now => {}
+            Fit::Later => {
+                return Err(ModelError::Input(format!(
+                    "no room: {} sequences run, reserving {} KV positions",
+                    self.slots.len(),
+                    self.kv_reserved()
+                )))
+            }
+            Fit::Never { needed, budget } => {
+                return Err(ModelError::Input(format!(
+                    "the request needs {needed} KV positions (prompt plus max_tokens) but the KV memory holds {budget}; lower max_tokens or raise --kv-memory"
+                )))
+            }
         }
+        let reserved = positions(&request);
         let sampler = Sampler::new(request.sampler)?;
         let (seq, prefilled) = match self.prefixes.lookup(&request.prompt) {
             Some((seq, reused)) => (seq, reused),
@@ -194,6 +262,7 @@ impl<'t> Scheduler<'t> {
             id,
             seq,
             prompt: request.prompt,
+            reserved,
             prefilled,
             next: None,
             decoding,
@@ -319,4 +388,12 @@ impl<'t> Scheduler<'t> {
             on_event(id, Event::Done(result));
         }
     }
+}
+
+/// KV positions a request may fill: its prompt plus its token limit.
+fn positions(request: &Request) -> usize {
+    request
+        .prompt
+        .len()
+        .saturating_add(request.options.max_tokens)
 }

@@ -21,7 +21,7 @@ use crate::model::sampler::SamplerConfig;
 use crate::model::{
     FinishReason, GenerateOptions, Generation, Model, ModelError, Runner, TokenLogprobs,
 };
-use crate::sched::{self, Failure, Limits, Request, Scheduler};
+use crate::sched::{self, Failure, Fit, Limits, Request, Scheduler};
 
 /// How often an idle engine looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -207,7 +207,9 @@ impl Engine {
             }
             while scheduler.has_room() {
                 if self.admitting.is_some() {
-                    self.admit_next(&mut scheduler);
+                    if !self.admit_next(&mut scheduler) {
+                        break;
+                    }
                     continue;
                 }
                 match queue.try_recv() {
@@ -244,20 +246,25 @@ impl Engine {
     /// Hands the next choice of the job being admitted to the scheduler. A choice that
     /// cannot run fails the job (the rest of its choices are cancelled); a job whose
     /// client is gone is dropped.
-    fn admit_next(&mut self, scheduler: &mut Scheduler<'_>) {
+    fn admit_next(&mut self, scheduler: &mut Scheduler<'_>) -> bool {
         let Some(Admitting { job, next: index }) = self.admitting.take() else {
-            return;
+            return true;
         };
         if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
-            return;
+            return true;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         let request = Request {
             prompt: job.prompt.clone(),
             options: job.options.clone(),
             sampler: job.samplers[index],
         };
+        if scheduler.fits(&request) == Fit::Later {
+            // Not enough KV memory until running sequences end: it waits at the head.
+            self.admitting = Some(Admitting { job, next: index });
+            return false;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
         match scheduler.admit(&self.runner, id, request) {
             Ok(()) => {
                 self.metrics.running_add(1);
@@ -283,6 +290,7 @@ impl Engine {
                 let _ = job.events.send(Event::Done { index, result });
             }
         }
+        true
     }
 
     /// Ends the running jobs whose clients have gone.
@@ -312,6 +320,8 @@ impl Engine {
             Ok(report) => {
                 self.metrics.step(report.sequences, report.tokens);
                 self.metrics.prefixes(scheduler.prefix_stats());
+                self.metrics
+                    .kv(scheduler.kv_reserved(), scheduler.kv_bytes());
             }
             Err(panic) => {
                 let what = panic

@@ -78,6 +78,8 @@ pub(crate) struct Metrics {
     step_sequences: AtomicU64,
     step_tokens: AtomicU64,
     prefixes: Mutex<PrefixStats>,
+    kv_reserved: AtomicI64,
+    kv_bytes: AtomicI64,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
@@ -121,6 +123,8 @@ impl Metrics {
             step_sequences: AtomicU64::new(0),
             step_tokens: AtomicU64::new(0),
             prefixes: Mutex::new(PrefixStats::default()),
+            kv_reserved: AtomicI64::new(0),
+            kv_bytes: AtomicI64::new(0),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
@@ -150,6 +154,12 @@ impl Metrics {
         self.step_sequences
             .fetch_add(sequences as u64, Ordering::Relaxed);
         self.step_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+    }
+
+    /// Stores the KV positions the running sequences reserve and the bytes they hold.
+    pub fn kv(&self, reserved: usize, bytes: usize) {
+        self.kv_reserved.store(reserved as i64, Ordering::Relaxed);
+        self.kv_bytes.store(bytes as i64, Ordering::Relaxed);
     }
 
     /// Stores the prefix cache's counters.
@@ -294,6 +304,18 @@ impl Metrics {
                 "counter",
                 "Prompt tokens not evaluated because a cached prefix held them.",
                 p.reused_tokens as i64,
+            ),
+            (
+                "switchyard_kv_positions_reserved",
+                "gauge",
+                "KV positions the running sequences reserve (prompt plus max_tokens each).",
+                self.kv_reserved.load(Ordering::Relaxed),
+            ),
+            (
+                "switchyard_kv_bytes",
+                "gauge",
+                "Bytes the running sequences' KV caches hold.",
+                self.kv_bytes.load(Ordering::Relaxed),
             ),
             (
                 "switchyard_prefix_cache_entries",

@@ -31,6 +31,12 @@ pub struct ServeArgs {
     /// sooner. A step with no generation decoding takes whole prompts.
     #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS, value_name = "N")]
     prefill_per_step: usize,
+    /// KV-cache memory for all running generations together, in MiB: a request joins
+    /// only when its prompt plus max_tokens fits beside the others' (it waits in the
+    /// queue otherwise; one larger than the whole budget gets a 400). Default: no bound
+    /// beyond --parallel × --ctx.
+    #[arg(long, value_name = "MIB")]
+    kv_memory: Option<usize>,
     /// Most requests that wait while `--parallel` run; the next gets 429.
     #[arg(long, default_value_t = 64, value_name = "N")]
     max_queue: usize,
@@ -47,6 +53,17 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let limits = Limits::new(args.parallel, args.prefill_per_step)
         .map_err(|e| anyhow::anyhow!("--parallel / --prefill-per-step: {e}"))?;
     let (model, runner) = args.model.load()?;
+    let limits = match args.kv_memory {
+        Some(mib) => {
+            let per_position = runner.kv_bytes_per_position();
+            let positions = mib.saturating_mul(1 << 20) / per_position.max(1);
+            if positions == 0 {
+                bail!("--kv-memory {mib} MiB holds no KV position ({per_position} bytes each)");
+            }
+            limits.with_kv_positions(positions)
+        }
+        None => limits,
+    };
     let id = server::model_id(&model.path);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
