@@ -14,7 +14,7 @@ mod tests;
 
 use std::sync::OnceLock;
 
-use half::{bf16, f16};
+use half::bf16;
 
 use crate::backend::BackendError;
 use crate::graph::DType;
@@ -228,14 +228,6 @@ fn dot_rows_with(
         }
     }
     Ok(())
-}
-
-/// The first `n` values of `src` widened to f32 into `out[..n]`, `n` the shorter
-/// length: the f16 KV-cache rows attention reads, converted by this CPU's kernel
-/// (`half`'s slice conversion calls a non-inlined function per 8 values).
-pub(crate) fn widen_f16(src: &[f16], out: &mut [f32]) {
-    let n = src.len().min(out.len());
-    (Table::get().f16_widen)(bytemuck::cast_slice(&src[..n]), &mut out[..n]);
 }
 
 /// The weight row `w` (raw little-endian bytes of `kind`) widened to f32 into `out`.
