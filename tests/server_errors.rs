@@ -158,6 +158,19 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         "invalid_value",
         Some("top_p"),
     );
+    // vLLM's sampling extensions are read, so out-of-range values are refused by name.
+    for (field, value) in [
+        ("top_k", json!(-2)),
+        ("min_p", json!(1.5)),
+        ("repetition_penalty", json!(0)),
+        ("ignore_eos", json!("yes")),
+    ] {
+        let mut body = json!({"messages": user("hi")});
+        body[field] = value;
+        let response = post(addr, chat, &body);
+        assert_eq!(response.status, 400, "{field}: {}", response.text());
+        assert_eq!(response.json()["error"]["param"], field);
+    }
 
     // n and log-probability settings out of range, or on the wrong endpoint.
     let completions = "/v1/completions";
@@ -259,7 +272,11 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         Some("messages[0].name"),
     );
     let unknown = [
-        (chat, json!({"messages": user("hi"), "top_k": 40}), "top_k"),
+        (
+            chat,
+            json!({"messages": user("hi"), "mirostat": 2}),
+            "mirostat",
+        ),
         (
             chat,
             json!({"messages": user("hi"), "prompt": "x"}),
@@ -267,8 +284,8 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         ),
         (
             completions,
-            json!({"prompt": "hi", "ignore_eos": true}),
-            "ignore_eos",
+            json!({"prompt": "hi", "typical_p": 0.5}),
+            "typical_p",
         ),
         (
             completions,
@@ -354,5 +371,27 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         metric(&metrics, "switchyard_prompt_tokens_total"),
         Some(10.0),
         "only the two good requests reached the engine: {metrics}"
+    );
+
+    // vLLM's extensions act: ignore_eos runs to max_tokens past an end token, and
+    // top_k = 1 samples what greedy decoding picks.
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": user("Hi"), "max_tokens": 24, "seed": 3});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let response = post(addr, chat, &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()
+    };
+    let greedy = ask(json!({"temperature": 0}));
+    assert_eq!(greedy["choices"][0]["finish_reason"], "stop", "{greedy}");
+    let endless = ask(json!({"temperature": 0, "ignore_eos": true}));
+    assert_eq!(endless["choices"][0]["finish_reason"], "length");
+    assert_eq!(endless["usage"]["completion_tokens"], 24);
+    let top1 = ask(json!({"temperature": 1.0, "top_k": 1}));
+    assert_eq!(
+        top1["choices"][0]["message"]["content"],
+        greedy["choices"][0]["message"]["content"]
     );
 }

@@ -211,20 +211,20 @@ fn sigterm_ends_open_streams_and_exits_zero() {
     }
 }
 
-/// With `--kv-memory` holding about two requests, 24 streaming clients all complete
+/// With `--kv-memory` holding about two requests, 64 streaming clients all complete
 /// with their own text (requests wait for KV room in the queue), one that could never
 /// fit gets a 400 naming the budget, and the KV gauges return to zero.
 #[test]
 fn a_small_kv_budget_queues_requests_and_every_one_completes() {
     let _serial = serial();
     // 23 040 bytes per position for the default model: 2 MiB hold 91 positions.
-    let server = Server::start(&["--kv-memory", "2", "--max-queue", "64", "--ctx", "512"]);
+    let server = Server::start(&["--kv-memory", "2", "--max-queue", "80", "--ctx", "512"]);
     let addr = server.addr;
     let too_big = post(addr, "/v1/chat/completions", &chat("Hi", 200, false));
     assert_eq!(too_big.status, 400, "{}", too_big.text());
     assert!(too_big.text().contains("--kv-memory"), "{}", too_big.text());
 
-    let clients: Vec<_> = (0..24)
+    let clients: Vec<_> = (0..64)
         .map(|i| {
             std::thread::spawn(move || {
                 let body = chat(&format!("Say {i}."), MAX_TOKENS, true);

@@ -260,11 +260,6 @@ impl<'t> Decoding<'t> {
         Ok(Some(token))
     }
 
-    /// Tokens generated so far.
-    pub fn generated(&self) -> usize {
-        self.tokens.len()
-    }
-
     /// Ends the generation (as `Cancelled` if it had not ended), flushes held-back text
     /// and log-probabilities unless cancelled, and returns the result.
     pub fn finish(mut self, on_piece: &mut OnPiece<'_>) -> Result<Generation, ModelError> {

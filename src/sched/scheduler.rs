@@ -59,11 +59,6 @@ impl Limits {
         }
     }
 
-    /// The KV positions all sequences together may reserve, if bounded.
-    pub fn kv_positions(&self) -> Option<usize> {
-        self.kv_positions
-    }
-
     /// `parallel` sequences with the default prompt tokens per step.
     pub fn parallel(parallel: usize) -> Result<Limits, String> {
         Limits::new(
@@ -176,14 +171,6 @@ impl<'t> Scheduler<'t> {
         }
     }
 
-    /// The same scheduler remembering at most `capacity` prompt prefixes (0: none).
-    pub fn with_prefix_cache(self, capacity: usize) -> Scheduler<'t> {
-        Scheduler {
-            prefixes: PrefixCache::new(capacity),
-            ..self
-        }
-    }
-
     /// The prefix cache's counters.
     pub fn prefix_stats(&self) -> PrefixStats {
         self.prefixes.stats()
@@ -220,11 +207,6 @@ impl<'t> Scheduler<'t> {
     /// Sequences running.
     pub fn running(&self) -> usize {
         self.slots.len()
-    }
-
-    /// Whether a sequence with `id` is running.
-    pub fn contains(&self, id: u64) -> bool {
-        self.slots.iter().any(|s| s.id == id)
     }
 
     /// Adds a sequence that joins the next step; refuses a request that cannot run

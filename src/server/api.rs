@@ -43,6 +43,9 @@ pub(crate) fn parse_body(bytes: &[u8]) -> Result<Body, ApiError> {
     }
 }
 
+/// Largest `top_k` (a vocabulary is smaller).
+const MAX_TOP_K: i64 = 1 << 20;
+
 /// Sampling and stopping settings common to both completion endpoints.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Params {
@@ -66,6 +69,14 @@ pub(crate) struct Params {
     pub n: usize,
     /// When log-probabilities are asked for: how many alternatives per token.
     pub logprobs: Option<usize>,
+    /// vLLM's `top_k`: keep the `k` most likely tokens (0 = off; -1 is read as 0).
+    pub top_k: usize,
+    /// vLLM's `min_p`: drop tokens less likely than this times the most likely (0 = off).
+    pub min_p: f32,
+    /// vLLM's `repetition_penalty` over the recent tokens (1 = off).
+    pub repetition_penalty: f32,
+    /// vLLM's `ignore_eos`: end tokens do not stop the generation.
+    pub ignore_eos: bool,
 }
 
 impl Params {
@@ -126,6 +137,32 @@ impl Params {
                 ));
             }
         }
+        let top_k = match opt_int(body, "top_k")?.unwrap_or(0) {
+            -1 => 0,
+            k if (0..=MAX_TOP_K).contains(&k) => k as usize,
+            k => {
+                return Err(ApiError::bad_value(
+                    "top_k",
+                    format!("top_k must be -1 (off) or between 0 and {MAX_TOP_K}, got {k}."),
+                ))
+            }
+        };
+        let min_p = opt_f64(body, "min_p")?.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(ApiError::bad_value(
+                "min_p",
+                format!("min_p must be between 0 and 1, got {min_p}."),
+            ));
+        }
+        let repetition_penalty = opt_f64(body, "repetition_penalty")?.unwrap_or(1.0);
+        if !(repetition_penalty > 0.0 && repetition_penalty <= 10.0) {
+            return Err(ApiError::bad_value(
+                "repetition_penalty",
+                format!(
+                    "repetition_penalty must be above 0 and at most 10, got {repetition_penalty}."
+                ),
+            ));
+        }
         let include_usage = match body.get("stream_options") {
             None | Some(Value::Null) => false,
             Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
@@ -145,6 +182,10 @@ impl Params {
                 Kind::Chat => chat_logprobs(body)?,
                 Kind::Text => legacy_logprobs(body)?,
             },
+            top_k,
+            min_p: min_p as f32,
+            repetition_penalty: repetition_penalty as f32,
+            ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
         })
     }
 }

@@ -8,8 +8,9 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 use super::reply::Kind;
 
-/// Fields both endpoints read.
-const READ: [&str; 11] = [
+/// Fields both endpoints read (the last four are vLLM's and llama-server's sampling
+/// extensions, which OpenAI does not define).
+const READ: [&str; 15] = [
     "model",
     "temperature",
     "top_p",
@@ -21,6 +22,10 @@ const READ: [&str; 11] = [
     "stream",
     "stream_options",
     "logprobs",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "ignore_eos",
 ];
 
 /// Fields only the chat endpoint reads.
@@ -225,7 +230,7 @@ mod tests {
                 Err(("unknown_parameter", Some(param.to_string())))
             );
         };
-        unknown(Kind::Chat, json!({"top_k": 40}), "top_k");
+        unknown(Kind::Chat, json!({"mirostat": 2}), "mirostat");
         unknown(Kind::Chat, json!({"prompt": "x"}), "prompt");
         unknown(Kind::Text, json!({"messages": []}), "messages");
         unknown(Kind::Text, json!({"top_logprobs": 2}), "top_logprobs");

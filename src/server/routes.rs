@@ -23,6 +23,9 @@ use super::reply::{self, CancelOnDrop, Kind, Reply};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model};
 
+/// Recent tokens `repetition_penalty` looks at (llama.cpp's `repeat_last_n` default).
+const REPEAT_LAST_N: usize = 64;
+
 /// Bytes of an oversized body read (and dropped) before answering 413, so that the
 /// client reads the answer instead of a reset connection.
 const DRAIN_LIMIT: usize = 64 << 20;
@@ -199,11 +202,12 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
     let samplers = (0..params.n as u64)
         .map(|i| SamplerConfig {
             temperature,
-            top_k: 0,
+            top_k: params.top_k,
             top_p,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            repeat_last_n: 0,
+            min_p: params.min_p,
+            repetition_penalty: params.repetition_penalty,
+            // llama.cpp's window for the penalty.
+            repeat_last_n: REPEAT_LAST_N,
             seed: seed.wrapping_add(i),
         })
         .collect();
@@ -212,7 +216,10 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         options: GenerateOptions {
             max_tokens,
             stop_strings: params.stop.clone(),
-            stop_ids: app.model.stop_ids.clone(),
+            stop_ids: match params.ignore_eos {
+                true => Vec::new(),
+                false => app.model.stop_ids.clone(),
+            },
             logprobs: params.logprobs,
             ..GenerateOptions::default()
         },
