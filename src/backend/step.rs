@@ -30,6 +30,17 @@ pub struct KvLayout {
     pub dtype: KvDType,
 }
 
+impl KvLayout {
+    /// Bytes one position takes: keys and values of every layer.
+    pub fn position_bytes(&self) -> usize {
+        let per = match self.dtype {
+            KvDType::F16 => 2,
+            KvDType::F32 => 4,
+        };
+        2 * self.n_layers * self.n_kv_heads * self.head_dim * per
+    }
+}
+
 /// A device's copy of a sequence's KV cache, kept inside the [`KvCache`] so that it
 /// lives exactly as long as the sequence and every executor of it (prefill buckets,
 /// decode) reads the same rows.

@@ -123,12 +123,7 @@ impl Sequence {
 
     /// Bytes its KV cache holds when all `context` positions are written.
     pub fn kv_capacity_bytes(&self) -> usize {
-        let l = self.kv.layout();
-        let per = match l.dtype {
-            KvDType::F16 => 2,
-            KvDType::F32 => 4,
-        };
-        2 * l.n_layers * self.context * l.n_kv_heads * l.head_dim * per
+        self.context * self.kv.layout().position_bytes()
     }
 }
 
@@ -231,11 +226,7 @@ impl Runner {
     /// Bytes one position of one sequence takes in the KV cache (keys and values of
     /// every layer).
     pub fn kv_bytes_per_position(&self) -> usize {
-        let per = match self.kv_dtype {
-            KvDType::F16 => 2,
-            KvDType::F32 => 4,
-        };
-        2 * self.config.n_layers * self.config.n_kv_heads * self.config.head_dim * per
+        self.new_sequence().kv.layout().position_bytes()
     }
 
     /// How new sequences store keys and values.
