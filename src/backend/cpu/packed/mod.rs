@@ -81,6 +81,12 @@ impl PackedKind {
     }
 }
 
+/// 64 bytes on a 64-byte boundary: every 512-bit load of the quants stays inside one
+/// cache line (from an unaligned vector, each load would touch two).
+#[repr(C, align(64))]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CacheLine([u8; 64]);
+
 /// A `[n, k]` weight in panels of [`PANEL`] rows (the last padded with zero rows).
 ///
 /// Per panel and block: the quants as groups of 4 bytes, group-major then row-major
@@ -90,7 +96,7 @@ pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,
     k: usize,
-    qs: Vec<u8>,
+    qs: Vec<CacheLine>,
     d: Vec<u16>,
     m: Vec<u16>,
 }
@@ -125,7 +131,8 @@ impl PackedWeight {
             )));
         }
         let panels = n.div_ceil(PANEL);
-        let mut qs = vec![0u8; panels * nb * kind.panel_qs()];
+        let mut lines = vec![CacheLine([0; 64]); panels * nb * kind.panel_qs() / 64];
+        let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
         let mut d = vec![0u16; panels * nb * PANEL];
         let mut m = match kind {
             PackedKind::Q4_1 => vec![0u16; panels * nb * PANEL],
@@ -163,7 +170,7 @@ impl PackedWeight {
             kind,
             n,
             k,
-            qs,
+            qs: lines,
             d,
             m,
         })
@@ -181,7 +188,7 @@ impl PackedWeight {
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.qs.len() + 2 * (self.d.len() + self.m.len())
+        64 * self.qs.len() + 2 * (self.d.len() + self.m.len())
     }
 
     /// Panel `p`'s quants, scales and minimums.
@@ -190,7 +197,8 @@ impl PackedWeight {
         let span = p * nb * PANEL..(p + 1) * nb * PANEL;
         Panel {
             kind: self.kind,
-            qs: &self.qs[p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
+            qs: &bytemuck::cast_slice(&self.qs)
+                [p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
             d: &self.d[span.clone()],
             m: self.m.get(span).unwrap_or(&[]),
             nb,
