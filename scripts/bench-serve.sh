@@ -39,14 +39,8 @@ for n in "$parallel" "$max_tokens" "$threads"; do
 done
 
 python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai
-if [ -n "${SWITCHYARD_BIN:-}" ]; then
-  bin="$SWITCHYARD_BIN"
-else
-  echo "building switchyard (release)..." >&2
-  (cd "$root" && cargo build --release --quiet --bin switchyard)
-  bin="$root/target/release/switchyard"
-fi
-tools="${LLAMACPP_TOOLS:-$("$root/scripts/llamacpp-tools.sh")}"
+bin="$("$root/scripts/switchyard-bin.sh")"
+tools="$("$root/scripts/llamacpp-tools.sh")"
 if [ -z "$model" ]; then
   model="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   [ -f "$model" ] || { echo "fetching the default model..." >&2; "$bin" generate "Hello" -n 1 >/dev/null; }

@@ -57,13 +57,7 @@ done
   echo "error: --threads, --rounds and --reps must be at least 1" >&2; exit 2; }
 [ "$formats" = all ] && formats="F16,BF16,Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0,Q4_1,IQ4_XS"
 
-if [ -n "${SWITCHYARD_BIN:-}" ]; then
-  bin="$SWITCHYARD_BIN"
-else
-  echo "building switchyard (release)..." >&2
-  (cd "$root" && cargo build --release --quiet --bin switchyard)
-  bin="$root/target/release/switchyard"
-fi
+bin="$("$root/scripts/switchyard-bin.sh")"
 tools="$("$root/scripts/llamacpp-tools.sh")"
 
 out="${keep:-$(mktemp -d)}"

@@ -226,7 +226,19 @@ impl Runner {
     /// Bytes one position of one sequence takes in the KV cache (keys and values of
     /// every layer).
     pub fn kv_bytes_per_position(&self) -> usize {
-        self.new_sequence().kv.layout().position_bytes()
+        self.kv_layout().position_bytes()
+    }
+
+    /// The KV layout of this runner's sequences: the context plus one padded prefill
+    /// chunk, so a padded tail never overflows it.
+    fn kv_layout(&self) -> KvLayout {
+        KvLayout {
+            n_layers: self.config.n_layers,
+            capacity: self.context + PREFILL_CHUNK,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+            dtype: self.kv_dtype,
+        }
     }
 
     /// How new sequences store keys and values.
@@ -252,15 +264,8 @@ impl Runner {
     /// A new, empty sequence. Its KV cache has room for the context plus one padded
     /// prefill chunk, so a padded tail never overflows it.
     pub fn new_sequence(&self) -> Sequence {
-        let layout = KvLayout {
-            n_layers: self.config.n_layers,
-            capacity: self.context + PREFILL_CHUNK,
-            n_kv_heads: self.config.n_kv_heads,
-            head_dim: self.config.head_dim,
-            dtype: self.kv_dtype,
-        };
         Sequence {
-            kv: KvCache::new(layout),
+            kv: KvCache::new(self.kv_layout()),
             len: 0,
             context: self.context,
         }

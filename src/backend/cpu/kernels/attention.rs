@@ -381,6 +381,17 @@ fn softmax_in_place(row: &mut [f32]) {
 mod tests {
     use super::super::testutil::{assert_close, lcg};
     use super::*;
+
+    /// A cache layout with [`P`]'s 2 kv heads of dimension 5.
+    fn layout(n_layers: usize, capacity: usize, dtype: KvDType) -> KvLayout {
+        KvLayout {
+            n_layers,
+            capacity,
+            n_kv_heads: 2,
+            head_dim: 5,
+            dtype,
+        }
+    }
     use crate::backend::{KvCache, KvDType, KvLayout};
 
     const P: AttentionParams = AttentionParams {
@@ -504,13 +515,7 @@ mod tests {
             lcg(42, total * kw),
         );
         let want = naive(&q, &k, &v, total, None, None);
-        let mut cache = KvCache::new(KvLayout {
-            n_layers: 2,
-            capacity: total,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype: KvDType::F32,
-        });
+        let mut cache = KvCache::new(layout(2, total, KvDType::F32));
         let split = total - 3;
         let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; split * qw];
@@ -542,13 +547,7 @@ mod tests {
         let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
         let (q, k, v) = (lcg(20, 4 * qw), lcg(21, 4 * kw), lcg(22, 4 * kw));
         let want = naive(&q, &k, &v, 4, None, None);
-        let mut cache = KvCache::new(KvLayout {
-            n_layers: 2,
-            capacity: 6,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype,
-        });
+        let mut cache = KvCache::new(layout(2, 6, dtype));
         let mut out = vec![0.0; 3 * qw];
         let mut state = StepState::single(&mut cache, 0);
         attention(
@@ -605,13 +604,7 @@ mod tests {
             softcap: Some(cap as f32),
             ..P
         };
-        let mut cache = KvCache::new(KvLayout {
-            n_layers: 2,
-            capacity: total,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype: KvDType::F32,
-        });
+        let mut cache = KvCache::new(layout(2, total, KvDType::F32));
         let split = total - 4;
         let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; total * qw];
@@ -648,13 +641,7 @@ mod tests {
     #[test]
     fn a_batched_step_equals_each_sequence_alone() {
         let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
-        let layout = KvLayout {
-            n_layers: 2,
-            capacity: 40,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype: KvDType::F16,
-        };
+        let layout = layout(2, 40, KvDType::F16);
         // Each sequence's history (`before` positions) and its new rows this step.
         let shapes = [(7usize, 1usize), (0, TOKEN_BLOCK + 3), (20, 1)];
         let mut alone_caches = Vec::new();
@@ -729,13 +716,7 @@ mod tests {
 
     #[test]
     fn overlapping_segments_are_refused() {
-        let layout = KvLayout {
-            n_layers: 1,
-            capacity: 4,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype: KvDType::F32,
-        };
+        let layout = layout(1, 4, KvDType::F32);
         let (mut a, mut b) = (KvCache::new(layout), KvCache::new(layout));
         let segments = vec![
             crate::backend::Segment {
@@ -760,13 +741,7 @@ mod tests {
         let mut state = StepState::stateless();
         let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
         assert!(matches!(err, Err(BackendError::KvCache(_))));
-        let mut one_layer = KvCache::new(KvLayout {
-            n_layers: 1,
-            capacity: 4,
-            n_kv_heads: 2,
-            head_dim: 5,
-            dtype: KvDType::F32,
-        });
+        let mut one_layer = KvCache::new(layout(1, 4, KvDType::F32));
         let mut state = StepState::single(&mut one_layer, 0);
         let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
         assert!(matches!(err, Err(BackendError::KvCache(_))));

@@ -9,8 +9,8 @@ use super::float::FloatKind;
 use super::{check_len, matmul_float, PARALLEL_MIN};
 use crate::backend::cpu::quant::dequantize;
 use crate::backend::cpu::simd::{
-    dot_rows as simd_dot_rows, dot_rows_k, dot_rows_x4, interleave_x4, quantize_row,
-    quantize_row_k, BlockQ8, BlockQ8K, KQuantKind, QuantKind, QK, QK_K,
+    dot_rows as simd_dot_rows, dot_rows_k, dot_rows_x4, interleave_x4, quantize_row_k,
+    quantize_rows, BlockQ8K, KQuantKind, QuantKind, QK, QK_K,
 };
 use crate::backend::BackendError;
 use crate::graph::DType;
@@ -139,14 +139,7 @@ fn quantized(
 ) -> Result<(), BackendError> {
     let (k, n) = (w.k, w.n);
     let nb = k / QK;
-    let mut xq = vec![BlockQ8::default(); m * nb];
-    if m * k >= PARALLEL_MIN {
-        xq.par_chunks_mut(nb)
-            .zip(x.par_chunks(k))
-            .try_for_each(|(q, x)| quantize_row(x, q))?;
-    } else {
-        quantize_row(x, &mut xq)?;
-    }
+    let xq = quantize_rows(x, m, k)?;
     let task_rows = task_rows(n);
     let weights = w.bytes.par_chunks(task_rows * row_bytes);
     if m == 1 {

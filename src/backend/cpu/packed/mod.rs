@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rayon::prelude::*;
 
-use super::simd::{quantize_row, BlockQ8, QK};
+use super::simd::{quantize_rows, BlockQ8, QK};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -263,10 +263,7 @@ struct Activations {
 impl Activations {
     fn quantize(x: &[f32], m: usize, k: usize) -> Result<Activations, BackendError> {
         let nb = k / QK;
-        let mut blocks = vec![BlockQ8::default(); m * nb];
-        for (q, x) in blocks.chunks_mut(nb.max(1)).zip(x.chunks(k.max(1))) {
-            quantize_row(x, q)?;
-        }
+        let blocks = quantize_rows(x, m, k)?;
         let sums = blocks
             .iter()
             .map(|b| b.qs.iter().map(|&q| q as i32).sum())

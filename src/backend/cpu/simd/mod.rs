@@ -350,6 +350,28 @@ pub(crate) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) -> Result<(), Backend
     Ok(())
 }
 
+/// The `m` rows of `x` (`k` values each, `k` a multiple of [`QK`]) quantized to Q8
+/// blocks, rows in parallel when there are many values.
+pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Result<Vec<BlockQ8>, BackendError> {
+    use rayon::prelude::*;
+    let nb = k / QK;
+    let mut xq = vec![BlockQ8::default(); m * nb];
+    if nb == 0 || m == 0 {
+        return Ok(xq);
+    }
+    if m * k >= QUANTIZE_PARALLEL_MIN {
+        xq.par_chunks_mut(nb)
+            .zip(x.par_chunks(k))
+            .try_for_each(|(q, x)| quantize_row(x, q))?;
+    } else {
+        quantize_row(x, &mut xq)?;
+    }
+    Ok(xq)
+}
+
+/// Values below which [`quantize_rows`] stays on the calling thread.
+const QUANTIZE_PARALLEL_MIN: usize = 1 << 14;
+
 /// `out[j] = Σ_k w[j, k]·x[k]` for every row `j` of `w` (raw bytes of `kind`), with `x`
 /// one quantized row.
 pub(crate) fn dot_rows(
