@@ -316,8 +316,8 @@ impl Runner {
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
     /// returns the logits of each one's last token, in order. The weights are read once
     /// for the whole batch. A sequence gets bit-for-bit the logits it gets alone (the
-    /// 32-weight block formats at any batch size; K-quant, F16 and BF16 weights only up
-    /// to four rows, past which their kernels' summation order depends on the rows).
+    /// 32-weight block formats at any batch size; K-quant weights up to 16 rows, F16 and
+    /// BF16 up to four, past which their kernels' summation order depends on the rows).
     ///
     /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
     /// arms). Several run on the fallback backend alone, since GPU attention reads one

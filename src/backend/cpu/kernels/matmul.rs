@@ -17,6 +17,10 @@ use crate::graph::DType;
 
 /// Largest `M` taken by the dot-product path.
 const DOT_MAX_ROWS: usize = 4;
+/// Largest `M` taken by the K-quant integer dot path: a batched decode step (one row
+/// per sequence) reads each weight panel once for all its rows, where dequantizing the
+/// whole matrix for `gemm` costs more than the product (measured below at 16 rows).
+const KQUANT_DOT_MAX_ROWS: usize = 16;
 /// Weight rows dequantized per gemm call on the tiled path.
 const TILE_ROWS: usize = 256;
 /// Weight rows per rayon task on the dot-product path.
@@ -77,7 +81,7 @@ pub(crate) fn matmul(
     if let Some(kind) = QuantKind::of(w.dtype) {
         return quantized(x, m, w, kind, row_bytes, out);
     }
-    if let Some(kind) = KQuantKind::of(w.dtype).filter(|_| m <= DOT_MAX_ROWS) {
+    if let Some(kind) = KQuantKind::of(w.dtype).filter(|_| m <= KQUANT_DOT_MAX_ROWS) {
         return k_quantized(x, m, w, kind, row_bytes, out);
     }
     if let Some(kind) = FloatKind::of(w.dtype) {
@@ -471,7 +475,8 @@ mod tests {
 
     #[test]
     fn k_quant_weights_match_dequantized_naive() {
-        let (m, n, k) = (5, 6, 512);
+        // More rows than the integer dot path takes: dequantize + gemm, exact in f32.
+        let (m, n, k) = (KQUANT_DOT_MAX_ROWS + 1, 6, 512);
         let x = lcg(45, m * k);
         for (dtype, scale_at) in [
             (DType::Q4K, [0, 2]),
@@ -501,7 +506,7 @@ mod tests {
             );
             // Decode-sized inputs take the Q8_K integer kernels where there are some:
             // within the bound of 8-bit activations (half a step of 256-blocks).
-            for m in 1..=4 {
+            for m in [1, 2, 3, 4, KQUANT_DOT_MAX_ROWS] {
                 let out = run(&x[..m * k], m, dtype, &bytes, n, k);
                 let want = naive(&x[..m * k], m, &wq, n, k);
                 if KQuantKind::of(dtype).is_none() {
