@@ -251,7 +251,17 @@ fn a_small_kv_budget_queues_requests_and_every_one_completes() {
         let text = whole.json()["choices"][0]["message"]["content"].clone();
         assert_eq!(text, json!(streamed.text), "client {i}'s stream");
     }
-    let metrics = get(addr, "/metrics").text();
+    // The engine publishes its gauges after the step whose events ended the last
+    // responses, so a client may read /metrics a moment before they settle.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = get(addr, "/metrics").text();
+        let settled = metric(&metrics, "switchyard_kv_positions_reserved") == Some(0.0);
+        if settled || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_eq!(
         metric(&metrics, "switchyard_kv_positions_reserved"),
         Some(0.0)

@@ -7,6 +7,7 @@
 
 mod capability;
 pub mod cpu;
+pub mod fault;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod kv_rows;

@@ -29,6 +29,18 @@ impl BackendSet {
         Ok(BackendSet { backends })
     }
 
+    /// The same set without the backend `id` (a backend that failed is dropped).
+    pub fn without(&self, id: BackendId) -> BackendSet {
+        BackendSet {
+            backends: self
+                .backends
+                .iter()
+                .filter(|b| b.id() != id)
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// The backend with `id`.
     pub fn get(&self, id: BackendId) -> Option<&Arc<dyn Backend>> {
         self.backends.iter().find(|b| b.id() == id)

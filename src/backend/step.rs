@@ -184,6 +184,21 @@ impl KvCache {
         })
     }
 
+    /// Drops the device copy when `live` says its memory space is gone (its backend
+    /// failed). Returns whether some layer's newest rows were there: the host rows of
+    /// those layers are stale and the sequence's positions must be recomputed.
+    pub fn drop_lost_device(&mut self, live: impl Fn(MemorySpace) -> bool) -> bool {
+        match &self.device {
+            Some(device) if !live(device.space()) => {
+                self.device = None;
+                let stale = self.home.iter().any(|&h| h != MemorySpace::HOST);
+                self.home.fill(MemorySpace::HOST);
+                stale
+            }
+            _ => false,
+        }
+    }
+
     fn check_layer(&self, layer: usize) -> Result<(), BackendError> {
         if layer >= self.layout.n_layers {
             return Err(BackendError::KvCache(format!(

@@ -101,6 +101,17 @@ impl<E: CacheEntry> GraphCache<E> {
         }
     }
 
+    /// Drops every entry (after a backend is lost, its executors are useless and hold
+    /// its memory); the counters stay, and the dropped entries count as evictions.
+    pub fn clear(&mut self) {
+        self.stats.evictions += self.slots.len() as u64;
+        self.slots.clear();
+        self.by_hash.clear();
+        self.by_step.clear();
+        self.lru.clear();
+        self.bytes = 0;
+    }
+
     /// The entry a previous lookup recorded for `step`, without tracing; marks it
     /// recently used. `None` is not counted as a miss: the caller goes on to
     /// [`GraphCache::get_or_insert_with`].

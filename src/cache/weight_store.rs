@@ -111,6 +111,15 @@ impl WeightStore {
         }
     }
 
+    /// Forgets every weight resident in `space` (its backend is gone); they are loaded
+    /// again if that space is ever asked for.
+    pub fn release(&self, space: MemorySpace) {
+        lock(&self.slots).remove(&space);
+        if let Some(stats) = lock(&self.counters).spaces.get_mut(&space) {
+            stats.resident_bytes = 0;
+        }
+    }
+
     fn slot(&self, space: MemorySpace, name: &str) -> Slot {
         let mut slots = lock(&self.slots);
         let per_space = slots.entry(space).or_default();

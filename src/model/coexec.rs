@@ -118,6 +118,16 @@ impl Coexec {
         }
     }
 
+    /// Forgets gates, calibrations and the pair after a backend was dropped: the pair
+    /// becomes `fallback` and the highest-priority backend left, if any.
+    pub fn forget(&mut self, backends: &BackendSet, fallback: BackendId) {
+        let fresh = Coexec::new(backends, fallback, self.clock.clone());
+        self.pair = fresh.pair;
+        self.table = None;
+        self.gates.clear();
+        self.calibrated.clear();
+    }
+
     /// The gates' reports, by bucket.
     pub fn reports(&self) -> Vec<BucketGate<'_>> {
         self.gates

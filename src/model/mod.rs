@@ -8,6 +8,7 @@ mod loader;
 mod mapped;
 mod runner;
 mod runner_arms;
+mod runner_failover;
 #[cfg(test)]
 mod special_tokens_tests;
 mod weights;
@@ -30,4 +31,5 @@ pub use loader::Model;
 pub use runner::{
     ModelWeights, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };
+pub use runner_failover::Failover;
 pub use weights::{GgufWeights, HfWeights};

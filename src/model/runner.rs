@@ -55,6 +55,7 @@ pub struct Runner {
     pub(super) decode: PhaseStats,
     pub(super) placement: [Placed; 2],
     pub(super) coexec: Coexec,
+    pub(super) failovers: Vec<super::Failover>,
 }
 
 /// Compute nodes per backend name in a phase's most recently compiled plan.
@@ -71,22 +72,28 @@ pub struct PhaseStats {
     pub misses: u64,
 }
 
-/// One sequence's state: its KV cache and how many positions it holds.
+/// One sequence's state: its KV cache and the tokens it holds (kept so that a cache
+/// lost with a failed device can be recomputed on the backends that remain).
 pub struct Sequence {
-    kv: KvCache,
-    len: usize,
+    pub(super) kv: KvCache,
+    pub(super) tokens: Vec<u32>,
     context: usize,
 }
 
 impl Sequence {
     /// Positions already evaluated.
     pub fn len(&self) -> usize {
-        self.len
+        self.tokens.len()
     }
 
     /// Whether nothing has been evaluated yet.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.tokens.is_empty()
+    }
+
+    /// The tokens evaluated so far, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
     /// Most positions this sequence can hold.
@@ -102,15 +109,15 @@ impl Sequence {
     /// A sequence holding this one's first `len` positions, sharing their KV blocks
     /// (a cached prompt prefix, or a chat's history); `len` at most [`Sequence::len`].
     pub fn fork(&mut self, len: usize) -> Result<Sequence, ModelError> {
-        if len > self.len {
+        if len > self.len() {
             return Err(ModelError::Input(format!(
                 "cannot fork {len} positions of a sequence holding {}",
-                self.len
+                self.len()
             )));
         }
         Ok(Sequence {
             kv: self.kv.fork(len)?,
-            len,
+            tokens: self.tokens[..len].to_vec(),
             context: self.context,
         })
     }
@@ -118,7 +125,7 @@ impl Sequence {
     /// Forgets every position from `len` on (the next tokens are evaluated after
     /// position `len - 1`); a no-op when `len` is not shorter.
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.tokens.truncate(len);
     }
 
     /// Bytes its KV cache holds when all `context` positions are written.
@@ -160,6 +167,7 @@ impl Runner {
             decode: PhaseStats::default(),
             placement: Default::default(),
             coexec,
+            failovers: Vec::new(),
         }
     }
 
@@ -266,7 +274,7 @@ impl Runner {
     pub fn new_sequence(&self) -> Sequence {
         Sequence {
             kv: KvCache::new(self.kv_layout()),
-            len: 0,
+            tokens: Vec::new(),
             context: self.context,
         }
     }
@@ -275,9 +283,15 @@ impl Runner {
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
         self.check_tokens(seq, tokens)?;
+        self.heal(seq)?;
         let mut logits = Vec::new();
         for chunk in tokens.chunks(PREFILL_CHUNK) {
-            logits = self.run_chunk(seq, chunk)?;
+            logits = loop {
+                match self.run_chunk(seq, chunk) {
+                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
+                    done => break done?,
+                }
+            };
         }
         Ok(logits)
     }
@@ -295,21 +309,22 @@ impl Runner {
         let executor = self.executor(phase, bucket, 1, arm)?;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
-        let positions: Vec<i32> = (seq.len..seq.len + bucket).map(|p| p as i32).collect();
+        let start = seq.len();
+        let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
         let last_row = [(chunk.len() - 1) as i32];
         let step_inputs = [
             (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
             (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
             (inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?),
         ];
-        let mut state = StepState::single(&mut seq.kv, seq.len);
+        let mut state = StepState::single(&mut seq.kv, start);
         let started = self.coexec.clock.now();
         let outputs = executor.run(&step_inputs, &mut state)?;
         if let Some(index) = gate_arm {
             let took = self.coexec.clock.now().saturating_sub(started);
             self.coexec.record(bucket as u32, index, took);
         }
-        seq.len += chunk.len();
+        seq.tokens.extend_from_slice(chunk);
         Ok(outputs[0].to_f32_vec()?)
     }
 
@@ -336,8 +351,9 @@ impl Runner {
                 "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
             )));
         }
-        for w in work.iter() {
+        for w in work.iter_mut() {
             self.check_tokens(w.seq, w.tokens)?;
+            self.heal(w.seq)?;
         }
         let decode = work.iter().all(|w| w.tokens.len() == 1);
         let phase = if decode {
@@ -346,13 +362,20 @@ impl Runner {
             Phase::Prefill
         };
         let (bucket, sequences) = (step_bucket(total), work.len().next_power_of_two());
-        let executor = self.executor(phase, bucket, sequences, Arm::Only(self.policy.fallback))?;
+        let arm = self.batch_arm();
+        let executor = match self.executor(phase, bucket, sequences, arm) {
+            Err(e) if self.fail_over(&e, phase) => {
+                return self.forward_batch(work);
+            }
+            executor => executor?,
+        };
         let mut ids = Vec::with_capacity(bucket);
         let mut positions = Vec::with_capacity(bucket);
         let mut last_rows = Vec::with_capacity(sequences);
         for w in work.iter() {
             ids.extend(w.tokens.iter().map(|&t| t as i32));
-            positions.extend((w.seq.len..w.seq.len + w.tokens.len()).map(|p| p as i32));
+            let start = w.seq.len();
+            positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
             last_rows.push((ids.len() - 1) as i32);
         }
         ids.resize(bucket, 0);
@@ -374,18 +397,22 @@ impl Runner {
                 row = rows.end;
                 Segment {
                     rows,
-                    kv_len: w.seq.len,
+                    kv_len: w.seq.len(),
                     kv: &mut w.seq.kv,
                 }
             })
             .collect();
         let mut state = StepState::batch(segments)?;
-        let outputs = executor.run(&step_inputs, &mut state)?;
+        let outputs = executor.run(&step_inputs, &mut state);
         drop(state);
+        let outputs = match outputs.map_err(ModelError::from) {
+            Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
+            outputs => outputs?,
+        };
         let logits = outputs[0].to_f32_vec()?;
         let vocab = self.config.vocab_size;
         for w in work.iter_mut() {
-            w.seq.len += w.tokens.len();
+            w.seq.tokens.extend_from_slice(w.tokens);
         }
         Ok(logits
             .chunks_exact(vocab)
@@ -394,14 +421,29 @@ impl Runner {
             .collect())
     }
 
+    /// The plan of a batched step: the capability-greedy baseline when every backend
+    /// but the fallback leaves attention to it (attention reads each sequence's own
+    /// cache, which only the fallback does per segment), else the fallback alone.
+    fn batch_arm(&self) -> Arm {
+        let fallback = self.policy.fallback;
+        let device_attention = self.backends.iter().any(|b| {
+            b.id() != fallback && b.capability().ops.contains(crate::graph::OpKind::Attention)
+        });
+        if device_attention {
+            Arm::Only(fallback)
+        } else {
+            Arm::Baseline
+        }
+    }
+
     /// Refuses `tokens` that are empty, overflow `seq`'s context or leave the vocabulary.
     fn check_tokens(&self, seq: &Sequence, tokens: &[u32]) -> Result<(), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::Input("no tokens to evaluate".into()));
         }
-        if seq.len + tokens.len() > seq.context {
+        if seq.len() + tokens.len() > seq.context {
             return Err(ModelError::ContextFull {
-                needed: seq.len + tokens.len(),
+                needed: seq.len() + tokens.len(),
                 context: seq.context,
             });
         }
@@ -461,6 +503,15 @@ impl Runner {
                 placed(executor.plan(), &self.backends);
         }
         Ok(executor)
+    }
+}
+
+/// The phase of a step evaluating `chunk`.
+fn chunk_phase(chunk: &[u32]) -> Phase {
+    if chunk.len() == 1 {
+        Phase::Decode
+    } else {
+        Phase::Prefill
     }
 }
 

@@ -56,6 +56,12 @@ impl PrefixCache {
         }
     }
 
+    /// Forgets every prefix (their KV rows may be half-written after a failed step);
+    /// the counters stay.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     /// The longest remembered prefix of `prompt` that leaves at least one token to
     /// evaluate, as a new sequence holding it, with its length.
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<(Sequence, usize)> {

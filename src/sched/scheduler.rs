@@ -259,6 +259,14 @@ impl<'t> Scheduler<'t> {
         self.slots.drain(..).map(|s| s.id).collect()
     }
 
+    /// Ends every running sequence like [`Scheduler::abort_all`] and forgets every
+    /// cached prefix: after a step panicked, nothing it may have half-written is used
+    /// again. Returns the running sequences' ids.
+    pub fn reset(&mut self) -> Vec<u64> {
+        self.prefixes.clear();
+        self.abort_all()
+    }
+
     /// Runs one step over the running sequences: one token of each decoding one, then
     /// prompt chunks in arrival order while the token budget lasts. Streams text and
     /// ends through `on_event` (whose `false` cancels that sequence).

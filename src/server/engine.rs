@@ -196,6 +196,7 @@ impl Engine {
     /// running one, until the queue closes or the server stops.
     fn serve(mut self, model: &Model, limits: Limits, queue: &Receiver<Job>) {
         let mut scheduler = Scheduler::new(&model.tokenizer, limits);
+        self.report_runner();
         loop {
             if scheduler.running() == 0 && self.admitting.is_none() {
                 match queue.recv_timeout(IDLE_POLL) {
@@ -306,8 +307,8 @@ impl Engine {
         }
     }
 
-    /// Runs one step; a panic inside it fails every running job and leaves the engine
-    /// serving the next ones.
+    /// Runs one step; a panic inside it fails every running job, resets the runner's
+    /// compiled state and the prefix cache, and leaves the engine serving the next ones.
     fn step(&mut self, scheduler: &mut Scheduler<'_>) {
         let runner = &mut self.runner;
         let (jobs, metrics, shutdown) = (&mut self.jobs, &self.metrics, &self.shutdown);
@@ -329,10 +330,15 @@ impl Engine {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                log::error!("a generation step panicked: {what}");
-                for id in scheduler.abort_all() {
+                log::error!(
+                    "a generation step panicked: {what}; failing its generations and \
+                     resetting the runner's compiled steps and the prefix cache"
+                );
+                for id in scheduler.reset() {
                     self.finish(id, Err(EngineError::Panicked(what.clone())));
                 }
+                self.runner.reset();
+                self.metrics.recovered();
             }
         }
         self.report_runner();
@@ -372,8 +378,12 @@ impl Engine {
         }
     }
 
-    /// Publishes the runner's cache counters and co-execution gates.
+    /// Publishes the runner's cache counters, backends and co-execution gates.
     fn report_runner(&self) {
+        self.metrics.backends(
+            self.runner.failovers().len(),
+            self.runner.backends().iter().count(),
+        );
         self.metrics
             .cache(self.runner.cache_stats(), self.runner.phase_stats());
         self.metrics.gates(

@@ -84,6 +84,9 @@ pub(crate) struct Metrics {
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
     gates: Mutex<Vec<GateSnapshot>>,
+    failovers: AtomicU64,
+    live_backends: AtomicI64,
+    recoveries: AtomicU64,
 }
 
 /// One prefill bucket's co-execution gate, as `/metrics` shows it.
@@ -129,6 +132,9 @@ impl Metrics {
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
             gates: Mutex::new(Vec::new()),
+            failovers: AtomicU64::new(0),
+            live_backends: AtomicI64::new(0),
+            recoveries: AtomicU64::new(0),
         }
     }
 
@@ -202,6 +208,18 @@ impl Metrics {
             prefill,
             decode,
         };
+    }
+
+    /// Stores how many backends the runner dropped after a device failure, and how many
+    /// it still runs on.
+    pub fn backends(&self, failovers: usize, live: usize) {
+        self.failovers.store(failovers as u64, Ordering::Relaxed);
+        self.live_backends.store(live as i64, Ordering::Relaxed);
+    }
+
+    /// Counts a step that panicked, after which the engine rebuilt its runner state.
+    pub fn recovered(&self) {
+        self.recoveries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Stores the co-execution gates' state.
@@ -324,7 +342,27 @@ impl Metrics {
                 p.entries as i64,
             ),
         ];
-        for (name, kind, help, value) in simple.into_iter().chain(prefix) {
+        let faults = [
+            (
+                "switchyard_backend_failovers_total",
+                "counter",
+                "Backends dropped after a device failure (the step re-ran on the others).",
+                self.failovers.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "switchyard_backends",
+                "gauge",
+                "Backends the engine runs on now.",
+                self.live_backends.load(Ordering::Relaxed),
+            ),
+            (
+                "switchyard_step_panics_total",
+                "counter",
+                "Steps that panicked; each failed its generations and reset the runner.",
+                self.recoveries.load(Ordering::Relaxed) as i64,
+            ),
+        ];
+        for (name, kind, help, value) in simple.into_iter().chain(prefix).chain(faults) {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }

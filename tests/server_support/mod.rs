@@ -28,9 +28,15 @@ impl Server {
     /// Starts the server on 127.0.0.1, port 0, with `extra` flags, and waits until it
     /// prints its address.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables (`SWITCHYARD_FAULT`, say).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["serve", "--host", "127.0.0.1", "--port", "0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -8,7 +8,9 @@ use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::{generate, BucketGate, GenerateOptions, Generation, PhaseStats, Placed};
+use switchyard::model::{
+    generate, BucketGate, Failover, GenerateOptions, Generation, PhaseStats, Placed,
+};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -49,6 +51,8 @@ struct JsonReport<'a> {
     cache: CacheReport,
     placement: PlacementReport<'a>,
     coexec: Vec<BucketGate<'a>>,
+    /// Backends dropped after a device failure, with the positions recomputed.
+    failovers: &'a [Failover],
 }
 
 /// Compute nodes per backend in the latest prefill and decode plans.
@@ -136,6 +140,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
                 decode: decode_placed,
             },
             coexec: runner.gate_reports(),
+            failovers: runner.failovers(),
             generation: &generation,
             cache: CacheReport {
                 compiles: stats.compiles,

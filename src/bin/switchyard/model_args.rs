@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
+use switchyard::backend::fault::{self, FaultSpec};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KvDType};
 use switchyard::model::{fetch, CoexecMode, Model, Runner};
 
@@ -150,6 +151,12 @@ pub fn backend_set(spec: &str, threads: Option<usize>) -> Result<BackendSet> {
             }
         }
     }
+    let faults = FaultSpec::from_env().map_err(anyhow::Error::msg)?;
+    let list = list
+        .into_iter()
+        .map(|b| fault::inject(b, &faults))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
     BackendSet::new(list).map_err(anyhow::Error::msg)
 }
 

@@ -1,0 +1,65 @@
+//! Failover on the real binary and the real GPU backend (lavapipe in CI):
+//! `SWITCHYARD_FAULT=gpu:N` loses the GPU at its `N`th partition run (in prefill or in
+//! decode) and `gpu:alloc` makes its allocations fail; `generate --backends cpu,gpu
+//! --temperature 0 --json` then prints the same tokens as `--backends cpu` and reports
+//! the failover, with the positions whose KV rows were on the GPU recomputed.
+#![cfg(feature = "gpu")]
+
+mod gpu_support;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const PROMPT: &str = "The capital of France is";
+
+fn generate(backends: &str, fault: Option<&str>) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    command.args([
+        "generate",
+        "--backends",
+        backends,
+        "--temperature",
+        "0",
+        "-n",
+        "12",
+        "--json",
+        PROMPT,
+    ]);
+    match fault {
+        Some(fault) => command.env("SWITCHYARD_FAULT", fault),
+        None => command.env_remove("SWITCHYARD_FAULT"),
+    };
+    let out = command.output().expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{fault:?}: {stderr}");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn a_lost_or_full_gpu_fails_over_to_the_cpu_with_the_same_tokens() {
+    if gpu_support::gpu().is_none() {
+        return;
+    }
+    let expected = generate("cpu", None)["tokens"].clone();
+    assert!(expected.as_array().is_some_and(|t| t.len() == 12));
+    // One partition per step on the GPU plan: run 1 is the prefill of the 5-token
+    // prompt, run k > 1 the decode after k - 1 tokens, so 5 + k - 2 positions are on
+    // the GPU when it fails.
+    let cases = [
+        ("gpu:1", "Prefill", 0),
+        ("gpu:3", "Decode", 6),
+        ("gpu:8", "Decode", 11),
+        ("gpu:alloc", "Prefill", 0),
+    ];
+    for (fault, phase, recomputed) in cases {
+        let report = generate("cpu,gpu", Some(fault));
+        assert_eq!(report["tokens"], expected, "{fault}");
+        let failovers = report["failovers"].as_array().expect("a failover list");
+        assert_eq!(failovers.len(), 1, "{fault}: {failovers:?}");
+        assert_eq!(failovers[0]["backend"], "gpu", "{fault}");
+        assert_eq!(failovers[0]["phase"], phase, "{fault}");
+        assert_eq!(failovers[0]["recomputed"], recomputed, "{fault}");
+        assert_eq!(report["placement"]["decode"].get("gpu"), None, "{fault}");
+    }
+}
