@@ -1,6 +1,7 @@
 //! The no-regression gate against simulated arms of known speed on a fake clock:
-//! convergence, no flapping under noise, falling back to the baseline, and the
-//! probation-then-lock behaviour under memory pressure.
+//! convergence, no flapping under noise, falling back to the baseline, re-probes priced
+//! so that a far slower arm cannot dominate the mean, abandoning such an arm in
+//! probation, and the probation-then-lock behaviour under memory pressure.
 
 use std::time::Duration;
 
@@ -21,6 +22,11 @@ fn ms(value: f64) -> Duration {
 }
 
 fn gate(memory_pressure: MemoryPressure) -> Gate {
+    gate_of(memory_pressure)
+}
+
+/// The three-arm gate with the default settings.
+fn gate_of(memory_pressure: MemoryPressure) -> Gate {
     let arms = ["baseline", "split", "gpu"].map(String::from).to_vec();
     Gate::new(arms, 0, GateConfig::fusionml(memory_pressure)).unwrap()
 }
@@ -98,33 +104,119 @@ fn the_gate_converges_to_the_fastest_arm() {
     }
     assert_eq!(gate.active(), Some(SPLIT));
     let after = &choices[PROBATION_CALLS..];
-    let on_split = after.iter().filter(|c| c.arm == SPLIT).count();
-    assert_eq!(
-        on_split,
-        after.len() - after.len() / 10,
-        "one call in 10 re-probes"
-    );
     assert!(after
         .iter()
         .filter(|c| c.arm != SPLIT)
         .all(|c| c.reason == Reason::Reprobe));
+    // What the probes cost beyond running the split every time stays inside the
+    // regret budget (2 % of the active arm's time).
+    let extra: f64 = after.iter().map(|c| [10.0, 7.0, 12.0][c.arm.0] - 7.0).sum();
+    let budget = 0.02 * 7.0 * after.len() as f64;
+    assert!(
+        extra > 0.0 && extra <= budget,
+        "{extra} ms over {budget} ms"
+    );
     assert_eq!(gate.n_switches(), 0);
 }
 
 #[test]
-fn reprobes_visit_the_inactive_arms_round_robin() {
+fn reprobes_are_spaced_by_what_they_cost() {
     let mut gate = gate(MemoryPressure::Absent);
     let clock = FakeClock::new();
     let speed = speeds(10.0, 7.0, 12.0);
-    let choices = drive(&mut gate, &clock, 0, PROBATION_CALLS + 60, |_, arm| {
+    let choices = drive(&mut gate, &clock, 0, PROBATION_CALLS + 400, |_, arm| {
         speed(arm)
     });
-    let probed: Vec<ArmId> = choices[PROBATION_CALLS..]
+    let probes_of = |arm: ArmId| -> Vec<usize> {
+        (PROBATION_CALLS..choices.len())
+            .filter(|&i| choices[i].reason == Reason::Reprobe && choices[i].arm == arm)
+            .collect()
+    };
+    // (arms − 1)·(r − 1) / 2 %: the baseline (r = 10/7) every 43 calls, the GPU
+    // (r = 12/7) every 72.
+    for (arm, interval) in [(BASELINE, 43), (GPU, 72)] {
+        assert_eq!(gate.reprobe_interval(arm, SPLIT), interval);
+        let probes = probes_of(arm);
+        assert!(probes.len() >= 4, "{arm:?}: {probes:?}");
+        assert!(
+            probes.windows(2).all(|w| (w[1] - w[0]) as u64 == interval),
+            "{arm:?}: {probes:?}"
+        );
+    }
+    // Arms about as fast as the active one are probed at the paper's densest rate: one
+    // call in 10, each of the two inactive arms every 20.
+    let mut gate = gate_of(MemoryPressure::Absent);
+    let equal = drive(
+        &mut gate,
+        &FakeClock::new(),
+        0,
+        PROBATION_CALLS + 200,
+        |_, _| ms(10.0),
+    );
+    let probes = equal[PROBATION_CALLS..]
         .iter()
         .filter(|c| c.reason == Reason::Reprobe)
-        .map(|c| c.arm)
+        .count();
+    assert_eq!(probes, 20);
+}
+
+#[test]
+fn a_hundredfold_slower_arm_is_abandoned_in_probation_and_costs_under_two_percent() {
+    let arms = ["gpu", "cpu"].map(String::from).to_vec();
+    let mut gate = Gate::new(arms, 0, GateConfig::fusionml(MemoryPressure::Absent)).unwrap();
+    let clock = FakeClock::new();
+    // The baseline is a software GPU: 1 s a call against the CPU's 8 ms (2 s to compile).
+    let mut calls = [0usize; 2];
+    let choices = drive(&mut gate, &clock, 0, 3000, |_, arm| {
+        calls[arm.0] += 1;
+        match (arm.0, calls[arm.0]) {
+            (0, 1) => ms(2000.0),
+            (0, _) => ms(1000.0),
+            _ => ms(8.0),
+        }
+    });
+    let abandoned: Vec<ArmId> = gate
+        .decisions()
+        .entries()
+        .filter_map(|d| match d {
+            Decision::Abandoned { arm, .. } => Some(*arm),
+            _ => None,
+        })
         .collect();
-    assert_eq!(probed, [BASELINE, GPU, BASELINE, GPU, BASELINE, GPU]);
+    assert_eq!(abandoned, [BASELINE]);
+    assert_eq!(gate.active(), Some(ArmId(1)));
+    let on_gpu: Vec<usize> = (0..choices.len())
+        .filter(|&i| choices[i].arm == BASELINE)
+        .collect();
+    assert_eq!(on_gpu, [0, 3], "two probation calls, no re-probe in 3000");
+    assert!(gate.reprobe_interval(BASELINE, ArmId(1)) > 3000);
+    // After warm-up (the probation), the mean is the CPU's.
+    let after = &choices[14..];
+    assert!(after.iter().all(|c| c.arm == ArmId(1)));
+}
+
+#[test]
+fn when_the_active_arm_slows_a_slow_arm_is_probed_sooner_and_can_win() {
+    let arms = ["gpu", "cpu"].map(String::from).to_vec();
+    let mut gate = Gate::new(arms, 0, GateConfig::fusionml(MemoryPressure::Absent)).unwrap();
+    let clock = FakeClock::new();
+    let change_at = 2000;
+    drive(&mut gate, &clock, 0, 2200, |call_idx, arm| match arm.0 {
+        0 => ms(100.0),
+        _ if call_idx < change_at => ms(10.0),
+        // A second process now loads the CPU.
+        _ => ms(150.0),
+    });
+    assert_eq!(gate.active(), Some(BASELINE));
+    let back_at = gate
+        .timeline()
+        .entries()
+        .find(|r| r.call_idx as usize >= change_at && r.active_after == Some(BASELINE))
+        .map(|r| r.call_idx as usize);
+    assert!(
+        back_at.is_some_and(|c| c < change_at + 40),
+        "moved at {back_at:?}"
+    );
 }
 
 #[test]
@@ -288,10 +380,9 @@ fn under_eviction_lock_mode_costs_less_than_continuous_probing() {
     };
     let locked = total(MemoryPressure::Present);
     let continuous = total(MemoryPressure::Absent);
-    assert!(
-        locked < continuous.mul_f64(0.95),
-        "{locked:?} vs {continuous:?}"
-    );
+    // Priced re-probes make continuous probing cheap too: here 3.5 % dearer than
+    // locking, where a re-probe every 10th call cost more than 5 %.
+    assert!(locked < continuous, "{locked:?} vs {continuous:?}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Prefill co-execution on the default model over the CPU and the test-only `sim`
 //! backend (given block-format weights so it can take the model's linears): the row
 //! split's logits equal the single-backend logits within 3.9e-3, greedy tokens are the
-//! same with the gate as without, and decode never splits.
+//! same with the gate as without, and decode never splits (its own gate offers the
+//! baseline and the CPU alone).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -124,15 +125,34 @@ fn split_logits_match_single_backend_and_the_gate_keeps_greedy_tokens() {
         decode, off_decode,
         "decode plans are the same with and without co-execution"
     );
-    for r in [&split, &gated, &off] {
+    for r in [&split, &off] {
         assert_eq!(
             r.phase_stats().1.compiles,
             1,
             "decode compiles once and never splits"
         );
     }
+    assert_eq!(
+        gated.phase_stats().1.compiles,
+        2,
+        "the gated decode compiles once per arm (baseline, cpu) and never splits"
+    );
     let reports = serde_json::to_value(gated.gate_reports()).unwrap();
-    let arms = reports[0]["gate"]["arms"].as_array().unwrap();
-    let names: Vec<&str> = arms.iter().map(|a| a.as_str().unwrap()).collect();
-    assert_eq!(names, ["baseline", "split", "cpu"], "the gate's arms");
+    let arms_of = |i: usize| -> (u64, Vec<String>) {
+        let arms = reports[i]["gate"]["arms"].as_array().unwrap();
+        let names = arms.iter().map(|a| a.as_str().unwrap().into()).collect();
+        (reports[i]["bucket"].as_u64().unwrap(), names)
+    };
+    assert_eq!(
+        arms_of(0),
+        (1, vec!["baseline".into(), "cpu".into()]),
+        "decode's gate"
+    );
+    let (bucket, names) = arms_of(1);
+    assert!(bucket >= 2, "a prefill bucket");
+    assert_eq!(
+        names,
+        ["baseline", "split", "cpu"],
+        "the prefill gate's arms"
+    );
 }

@@ -149,22 +149,41 @@ pub fn markdown(report: &FairnessReport) -> String {
         out += &format!("Note: {}\n\n", cell(note));
     }
     out += &format!("{}\n\n", environment_line(&report.stamp));
-    out += "| arm | precision | TTFT ms (95% CI) | decode tok/s (95% CI) \
-            | prefill speedup (95% CI) | decode speedup (95% CI) |\n";
-    out += "|---|---|---:|---:|---:|---:|\n";
+    out += "| arm | precision | TTFT ms median (95% CI) | TTFT mean | TTFT p99 \
+            | decode tok/s median (95% CI) | decode tok/s mean \
+            | prefill speedup (95% CI) | decode speedup (95% CI) \
+            | mean-TTFT speedup | mean-decode speedup |\n";
+    out += "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let baseline = report.arms.iter().find(|a| a.name == report.baseline);
     for arm in &report.arms {
+        let mean_ratio = |of: fn(&ArmSummary) -> f64, invert: bool| match baseline {
+            Some(b) if of(b) > 0.0 && of(arm) > 0.0 => {
+                let ratio = if invert {
+                    of(b) / of(arm)
+                } else {
+                    of(arm) / of(b)
+                };
+                format!("{ratio:.3}")
+            }
+            _ => "n/a".into(),
+        };
         let name = if arm.name == report.baseline {
             format!("{} (baseline)", cell(&arm.name))
         } else {
             cell(&arm.name)
         };
         out += &format!(
-            "| {name} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {} | {} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
             cell(&arm.precision),
             median_cell(&arm.ttft_ms),
+            arm.ttft_ms.mean,
+            arm.ttft_ms.p99,
             median_cell(&arm.decode_tok_s),
+            arm.decode_tok_s.mean,
             ratio_cell(&arm.prefill_speedup),
             ratio_cell(&arm.decode_speedup),
+            mean_ratio(|a| a.ttft_ms.mean, true),
+            mean_ratio(|a| a.decode_tok_s.mean, false),
         );
     }
     out

@@ -86,6 +86,10 @@ pub struct MedianSummary {
     /// Order-statistics interval holding the true median with at least 95% probability;
     /// `None` below six values, where even `[min, max]` covers less than 95%.
     pub ci95: Option<[f64; 2]>,
+    /// Arithmetic mean: what a user pays on average, rare slow runs included.
+    pub mean: f64,
+    /// 99th percentile (nearest rank): the slow tail.
+    pub p99: f64,
 }
 
 impl MedianSummary {
@@ -98,8 +102,16 @@ impl MedianSummary {
             min: sorted[0],
             max: sorted[sorted.len() - 1],
             ci95: median_ci_of_sorted(&sorted, 0.95),
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            p99: percentile_of_sorted(&sorted, 0.99),
         })
     }
+}
+
+/// The nearest-rank `q` quantile of ascending, non-empty `sorted`.
+fn percentile_of_sorted(sorted: &[f64], q: f64) -> f64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 /// 1-based ranks `(low, high)` of the order statistics that bound the median with at

@@ -2,7 +2,8 @@
 //! capability-greedy baseline, the row split, a single-backend plan), chosen by the
 //! no-regression gate from measured times; the split's ratios come from the
 //! calibration table, filled lazily (and persisted) the first time a shape needs one.
-//! Decode never splits and never goes through the gate.
+//! Decode never splits; in gate mode its own gate (bucket 1; prefill buckets are ≥ 2)
+//! picks between the baseline and the single-backend plans.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -210,8 +211,12 @@ impl Coexec {
                         .unwrap_or("none")
                         .to_string()
                 };
+                let step = match bucket {
+                    1 => "decode".to_string(),
+                    _ => format!("prefill bucket {bucket}"),
+                };
                 log::info!(
-                    "prefill bucket {bucket}: the gate's active arm is now {} (was {})",
+                    "{step}: the gate's active arm is now {} (was {})",
                     name(after),
                     name(before)
                 );

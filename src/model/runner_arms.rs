@@ -19,15 +19,19 @@ impl Runner {
         bucket: u32,
     ) -> Result<(Arm, Option<usize>), ModelError> {
         let mode = self.coexec.mode;
-        if phase == Phase::Decode || mode == CoexecMode::Off || self.coexec.pair.is_none() {
+        if mode == CoexecMode::Off || self.coexec.pair.is_none() {
             return Ok((Arm::Baseline, None));
         }
-        self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
-        if mode == CoexecMode::Split {
-            return Ok((Arm::Split, None));
+        if phase == Phase::Prefill {
+            self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
+            if mode == CoexecMode::Split {
+                return Ok((Arm::Split, None));
+            }
+        } else if mode != CoexecMode::Gate {
+            return Ok((Arm::Baseline, None));
         }
         if !self.coexec.has_gate(bucket) {
-            let (arms, pressure) = self.arms(bucket as usize)?;
+            let (arms, pressure) = self.arms(phase, bucket as usize)?;
             let names = arms.iter().map(|a| a.name(&self.backends)).collect();
             self.coexec.add_gate(bucket, arms, names, pressure)?;
         }
@@ -37,18 +41,19 @@ impl Runner {
         })
     }
 
-    /// The arms worth offering for a prefill bucket: the baseline, the split when some
-    /// linear calibrated to a non-zero ratio, and each single-backend plan that can run
-    /// the whole step and differs from the baseline. Memory pressure when the weights
-    /// in every space the arms use exceed the memory available.
-    fn arms(&self, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
+    /// The arms worth offering for a step of `bucket` tokens: the baseline, the split
+    /// (prefill only) when some linear calibrated to a non-zero ratio, and each
+    /// single-backend plan that can run the whole step and differs from the baseline.
+    /// Memory pressure when the weights in every space the arms use exceed the memory
+    /// available.
+    fn arms(&self, phase: Phase, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
         let graph = eliminate_dead_code(
             &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(CompileError::from)?,
         );
         let baseline = partition(&graph, &self.backends.capabilities(), &self.policy)
             .map_err(CompileError::from)?;
         let mut arms = vec![Arm::Baseline];
-        if self.coexec.split_pays() {
+        if phase == Phase::Prefill && self.coexec.split_pays() {
             arms.push(Arm::Split);
         }
         for b in self.backends.iter().map(|b| b.id()) {

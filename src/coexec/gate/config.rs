@@ -26,9 +26,17 @@ pub struct GateConfig {
     pub probation_samples: u32,
     /// Weight of the newest sample in the moving average, in (0, 1].
     pub ema_alpha: f64,
-    /// Without memory pressure, every this-many-th call re-probes an inactive arm,
-    /// round-robin (≥ 2; the other calls go to the active arm).
+    /// Without memory pressure, the densest re-probing: one call in this many probes
+    /// an inactive arm (≥ 2), when the arms are about as fast as each other.
     pub reprobe_every: u32,
+    /// Without memory pressure, the most that re-probes may add to the mean call time,
+    /// as a fraction of the active arm's (in (0, 1)): an arm measured `r`× slower than
+    /// the active one is re-probed at most once in `(arms − 1)·(r − 1) / regret_budget`
+    /// calls, so probing a 100× slower arm cannot dominate the mean.
+    pub regret_budget: f64,
+    /// In probation, an arm whose every call after its first (compiling) one took more
+    /// than this many times another arm's fastest call is measured no further (> 1).
+    pub abandon_factor: f64,
     /// Switch only when another arm's average is below `active · (1 − hysteresis)`;
     /// in [0, 1).
     pub hysteresis: f64,
@@ -44,13 +52,17 @@ pub struct GateConfig {
 
 impl GateConfig {
     /// The paper's settings: 2 warm-up calls and 5 probation samples per arm, moving
-    /// average weight 0.2, a re-probe every 10th call, 3 % hysteresis, 15 % drift.
+    /// average weight 0.2, re-probes at most every 10th call, 3 % hysteresis, 15 %
+    /// drift; plus ours: re-probes priced to add at most 2 % to the mean, and an arm 4×
+    /// slower than another abandoned in probation.
     pub fn fusionml(memory_pressure: MemoryPressure) -> GateConfig {
         GateConfig {
             warmup_calls: 2,
             probation_samples: 5,
             ema_alpha: 0.2,
             reprobe_every: 10,
+            regret_budget: 0.02,
+            abandon_factor: 4.0,
             hysteresis: 0.03,
             memory_pressure,
             drift_threshold: 0.15,
@@ -70,6 +82,12 @@ impl GateConfig {
         }
         if self.reprobe_every < 2 {
             return invalid("reprobe_every", "must be at least 2");
+        }
+        if !(self.regret_budget > 0.0 && self.regret_budget < 1.0) {
+            return invalid("regret_budget", "must be in (0, 1)");
+        }
+        if self.abandon_factor.is_nan() || self.abandon_factor <= 1.0 {
+            return invalid("abandon_factor", "must be above 1");
         }
         if !(self.hysteresis >= 0.0 && self.hysteresis < 1.0) {
             return invalid("hysteresis", "must be in [0, 1)");
@@ -130,7 +148,21 @@ mod tests {
     #[test]
     fn out_of_range_settings_are_named() {
         let base = GateConfig::fusionml(MemoryPressure::Present);
-        let cases: [(&str, GateConfig); 6] = [
+        let cases: [(&str, GateConfig); 8] = [
+            (
+                "regret_budget",
+                GateConfig {
+                    regret_budget: 0.0,
+                    ..base.clone()
+                },
+            ),
+            (
+                "abandon_factor",
+                GateConfig {
+                    abandon_factor: f64::NAN,
+                    ..base.clone()
+                },
+            ),
             (
                 "probation_samples",
                 GateConfig {

@@ -81,6 +81,18 @@ pub enum Decision {
         /// The new arm's average, in nanoseconds.
         to_ema_ns: f64,
     },
+    /// In probation, an arm was measured far slower than another and is measured no
+    /// further (its remaining probation calls are dropped).
+    Abandoned {
+        /// The call whose record caused it.
+        call_idx: u64,
+        /// The slow arm.
+        arm: ArmId,
+        /// Its fastest call after its first, in nanoseconds.
+        ns: f64,
+        /// The fastest call of any other arm, in nanoseconds.
+        fastest_other_ns: f64,
+    },
     /// Under memory pressure, the locked arm's average left its band; probation
     /// starts again.
     Drift {

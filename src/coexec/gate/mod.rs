@@ -2,15 +2,23 @@
 //! capability-greedy baseline, the row split, single-backend plans) by measuring them.
 //!
 //! Probation runs every arm (warm-ups discarded, then the median of several timed
-//! calls); the fastest becomes active only if it beats the incumbent (the baseline at
-//! first) by more than the hysteresis. Then, without memory pressure, each arm keeps an
-//! exponential moving average, every `reprobe_every`-th call re-probes one inactive arm
-//! round-robin, and the gate switches when another arm's average beats the active one's
-//! by more than the hysteresis. Under memory pressure the gate locks after probation and
-//! starts a new probation only when the active arm's average drifts.
+//! calls), except that an arm whose calls after its first take more than
+//! `abandon_factor` times another arm's fastest call is measured no further; the fastest
+//! becomes active only if it beats the incumbent (the baseline at first) by more than
+//! the hysteresis. Then, without memory pressure, each arm keeps an exponential moving
+//! average and inactive arms are re-probed on a schedule priced by what a probe costs:
+//! an arm measured `r`× slower than the active one waits at least
+//! `(arms − 1)·(r − 1) / regret_budget` calls between probes (and never fewer than
+//! `reprobe_every`·(arms − 1)), so probes add at most `regret_budget` to the mean call
+//! time. The schedule is recomputed from the averages at every call: when the active
+//! arm slows (the environment changed), every other arm's ratio falls and its probe
+//! comes sooner. A probe at under half an arm's average replaces the average (a regime
+//! change, not noise). The gate switches when another arm's average beats the active
+//! one's by more than the hysteresis. Under memory pressure the gate locks after
+//! probation and starts a new probation only when the active arm's average drifts.
 //!
 //! **Invariant:** the baseline is always an arm, so the floor is the baseline minus
-//! bounded probe overhead. No sequence of calls panics: a record that does not match
+//! probe overhead bounded by the regret budget. No sequence of calls panics: a record that does not match
 //! the pending choice is an error and changes nothing.
 
 mod config;
@@ -33,7 +41,8 @@ pub struct Gate {
     pending: Option<Choice>,
     n_calls: u64,
     n_switches: u64,
-    reprobe_cursor: usize,
+    /// The call index of each arm's latest run.
+    last_run: Vec<u64>,
     timeline: EventLog<CallRecord>,
     decisions: EventLog<Decision>,
 }
@@ -60,6 +69,12 @@ struct Probation {
     schedule: Vec<(ArmId, bool)>,
     next: usize,
     samples_ns: Vec<Vec<f64>>,
+    /// Calls each arm has run in this probation.
+    calls: Vec<u32>,
+    /// Each arm's fastest call (its first, compiling, one included).
+    fastest_ns: Vec<f64>,
+    /// Each arm's fastest call after its first.
+    steady_ns: Vec<f64>,
 }
 
 impl Gate {
@@ -73,6 +88,7 @@ impl Gate {
             return Err(GateError::BaselineOutOfRange { baseline, n_arms });
         }
         config.check()?;
+        let n_arms = arms.len();
         let baseline = ArmId(baseline);
         let probation = Probation::new(arms.len(), None, baseline, &config);
         Ok(Gate {
@@ -86,7 +102,7 @@ impl Gate {
             pending: None,
             n_calls: 0,
             n_switches: 0,
-            reprobe_cursor: 0,
+            last_run: vec![0; n_arms],
         })
     }
 
@@ -100,15 +116,8 @@ impl Gate {
             Phase::Probation(probation) => probation.choice(),
             Phase::Active { arm, n_chosen, .. } => {
                 *n_chosen += 1;
-                let due = *n_chosen % u64::from(self.config.reprobe_every) == 0;
-                let continuous = self.config.memory_pressure == MemoryPressure::Absent;
                 let active = *arm;
-                let reprobe = if due && continuous {
-                    next_inactive(&mut self.reprobe_cursor, self.arms.len(), active)
-                } else {
-                    None
-                };
-                match reprobe {
+                match self.due_reprobe(active) {
                     Some(arm) => Choice {
                         arm,
                         reason: Reason::Reprobe,
@@ -137,14 +146,29 @@ impl Gate {
         self.pending = None;
         let call_idx = self.n_calls;
         self.n_calls += 1;
+        self.last_run[arm.0] = call_idx;
         let duration_ns = duration.as_nanos() as f64;
         match &mut self.phase {
             Phase::Probation(probation) => {
-                if probation.record(arm, duration_ns) {
+                let abandoned = probation.record(arm, duration_ns, self.config.abandon_factor);
+                let finished = probation.finished();
+                for (slow, ns, fastest_other_ns) in abandoned {
+                    ::log::debug!("gate: abandoned arm {slow:?} in probation ({ns} ns)");
+                    self.decisions.push(Decision::Abandoned {
+                        call_idx,
+                        arm: slow,
+                        ns,
+                        fastest_other_ns,
+                    });
+                }
+                if finished {
                     self.end_probation(call_idx);
                 }
             }
-            Phase::Active { .. } => self.track(call_idx, arm, duration_ns),
+            Phase::Active { .. } => {
+                let probe = choice.reason == Reason::Reprobe;
+                self.track(call_idx, arm, duration_ns, probe);
+            }
         }
         self.timeline.push(CallRecord {
             call_idx,
@@ -211,7 +235,17 @@ impl Gate {
         let Phase::Probation(probation) = &self.phase else {
             return;
         };
-        let medians_ns: Vec<f64> = probation.samples_ns.iter().map(|s| median(s)).collect();
+        let medians_ns: Vec<f64> = probation
+            .samples_ns
+            .iter()
+            .map(|s| {
+                if s.is_empty() {
+                    f64::INFINITY
+                } else {
+                    median(s)
+                }
+            })
+            .collect();
         let previous = probation.incumbent;
         let incumbent = previous.unwrap_or(self.baseline);
         let fastest = (0..medians_ns.len())
@@ -224,7 +258,7 @@ impl Gate {
             incumbent
         };
         for (ema, &median) in self.ema_ns.iter_mut().zip(&medians_ns) {
-            *ema = Some(median);
+            *ema = median.is_finite().then_some(median);
         }
         if previous.is_some_and(|p| p != chosen) {
             self.n_switches += 1;
@@ -243,12 +277,53 @@ impl Gate {
         };
     }
 
-    /// Folds a time into its arm's average, then switches (continuous mode) or checks
-    /// for drift (memory pressure).
-    fn track(&mut self, call_idx: u64, arm: ArmId, duration_ns: f64) {
+    /// The inactive arm whose priced re-probe is due (the most overdue), if any;
+    /// never under memory pressure.
+    fn due_reprobe(&self, active: ArmId) -> Option<ArmId> {
+        if self.config.memory_pressure != MemoryPressure::Absent {
+            return None;
+        }
+        (0..self.arms.len())
+            .filter(|&a| a != active.0)
+            .map(|a| {
+                let due = self.last_run[a].saturating_add(self.reprobe_interval(ArmId(a), active));
+                (due, a)
+            })
+            .filter(|&(due, _)| due <= self.n_calls)
+            .min()
+            .map(|(_, a)| ArmId(a))
+    }
+
+    /// Calls between two probes of `arm` while `active` runs: `(arms − 1)·(r − 1) /
+    /// regret_budget` for an arm `r`× slower, at least `reprobe_every`·(arms − 1).
+    pub fn reprobe_interval(&self, arm: ArmId, active: ArmId) -> u64 {
+        let others = self.arms.len().saturating_sub(1).max(1) as u64;
+        let densest = u64::from(self.config.reprobe_every).saturating_mul(others);
+        let (Some(arm_ns), Some(active_ns)) = (
+            self.ema_ns.get(arm.0).copied().flatten(),
+            self.ema_ns.get(active.0).copied().flatten(),
+        ) else {
+            return densest;
+        };
+        let priced = others as f64 * (arm_ns / active_ns - 1.0) / self.config.regret_budget;
+        if priced > densest as f64 {
+            // Float to integer saturates (and NaN is excluded by the comparison).
+            priced.ceil() as u64
+        } else {
+            densest
+        }
+    }
+
+    /// Folds a time into its arm's average (a probe at under half the average replaces
+    /// it), then switches (continuous mode) or checks for drift (memory pressure).
+    fn track(&mut self, call_idx: u64, arm: ArmId, duration_ns: f64, probe: bool) {
         let alpha = self.config.ema_alpha;
         let ema = &mut self.ema_ns[arm.0];
-        *ema = Some(ema.map_or(duration_ns, |old| alpha * duration_ns + (1.0 - alpha) * old));
+        *ema = Some(match *ema {
+            Some(old) if probe && duration_ns < 0.5 * old => duration_ns,
+            Some(old) => alpha * duration_ns + (1.0 - alpha) * old,
+            None => duration_ns,
+        });
         let Phase::Active {
             arm: active,
             locked_ns,
@@ -345,6 +420,9 @@ impl Probation {
             schedule,
             next: 0,
             samples_ns: vec![Vec::new(); n_arms],
+            calls: vec![0; n_arms],
+            fastest_ns: vec![f64::INFINITY; n_arms],
+            steady_ns: vec![f64::INFINITY; n_arms],
         }
     }
 
@@ -360,24 +438,51 @@ impl Probation {
         Choice { arm, reason }
     }
 
-    /// Records the scheduled call's time; true when the schedule is complete.
-    fn record(&mut self, arm: ArmId, duration_ns: f64) -> bool {
-        if let Some(&(_, true)) = self.schedule.get(self.next) {
-            self.samples_ns[arm.0].push(duration_ns);
-        }
-        self.next += 1;
+    /// Whether the schedule is complete.
+    fn finished(&self) -> bool {
         self.next >= self.schedule.len()
     }
-}
 
-/// The next arm other than `active` after the cursor, advancing it; `None` for a
-/// single-arm gate.
-fn next_inactive(cursor: &mut usize, n_arms: usize, active: ArmId) -> Option<ArmId> {
-    let arm = (0..n_arms)
-        .map(|step| (*cursor + step) % n_arms)
-        .find(|&i| i != active.0)?;
-    *cursor = (arm + 1) % n_arms;
-    Some(ArmId(arm))
+    /// Records the scheduled call's time, then drops the remaining calls of every arm
+    /// whose calls after its first all took more than `abandon_factor` times another
+    /// arm's fastest call; returns those arms with both times.
+    fn record(
+        &mut self,
+        arm: ArmId,
+        duration_ns: f64,
+        abandon_factor: f64,
+    ) -> Vec<(ArmId, f64, f64)> {
+        let a = arm.0;
+        if let Some(&(_, true)) = self.schedule.get(self.next) {
+            self.samples_ns[a].push(duration_ns);
+        }
+        if self.calls[a] > 0 {
+            self.steady_ns[a] = self.steady_ns[a].min(duration_ns);
+        }
+        self.calls[a] += 1;
+        self.fastest_ns[a] = self.fastest_ns[a].min(duration_ns);
+        self.next += 1;
+        let mut abandoned = Vec::new();
+        for slow in 0..self.calls.len() {
+            let fastest_other = (0..self.calls.len())
+                .filter(|&b| b != slow)
+                .map(|b| self.fastest_ns[b])
+                .fold(f64::INFINITY, f64::min);
+            let steady = self.steady_ns[slow];
+            let rest = self.schedule.get(self.next..).unwrap_or_default();
+            let pending = rest.iter().any(|(x, _)| x.0 == slow);
+            if pending && steady.is_finite() && steady > abandon_factor * fastest_other {
+                let tail = self.schedule.split_off(self.next.min(self.schedule.len()));
+                self.schedule
+                    .extend(tail.into_iter().filter(|(x, _)| x.0 != slow));
+                if self.samples_ns[slow].is_empty() {
+                    self.samples_ns[slow].push(steady);
+                }
+                abandoned.push((ArmId(slow), steady, fastest_other));
+            }
+        }
+        abandoned
+    }
 }
 
 /// Median of `values` (mean of the middle two for an even count; 0 when empty).
