@@ -302,7 +302,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     let long = "the quick brown fox jumps over the lazy dog ".repeat(20);
     let body = json!({"prompt": long, "max_tokens": 1});
     let too_long = post(addr, "/v1/completions", &body);
-    assert_error(&too_long, 400, "context_length_exceeded", Some("messages"));
+    assert_error(&too_long, 400, "context_length_exceeded", Some("prompt"));
     let body = json!({"messages": user(&long[..120]), "max_tokens": CTX - 4});
     let no_room = post(addr, chat, &body);
     assert_error(&no_room, 400, "context_length_exceeded", Some("messages"));

@@ -68,9 +68,17 @@ pub enum ModelError {
         /// What is wrong.
         detail: String,
     },
-    /// A request the model cannot serve (an empty prompt, an out-of-vocabulary id).
+    /// A request the model cannot serve (an empty prompt, an out-of-vocabulary id):
+    /// the caller's input is at fault. Failures of Switchyard itself are
+    /// [`ModelError::Internal`].
     #[error("{0}")]
     Input(String),
+    /// A failure of Switchyard itself, whatever the input: a broken invariant (a
+    /// sequence asked to hold what it cannot, a token the tokenizer cannot decode
+    /// although the model produced it). Servers answer it with 500, the CLI calls it
+    /// a bug; see [`ModelError::is_internal`].
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The prompt plus the tokens to generate do not fit in the context.
     #[error("{needed} positions are needed but the context holds {context}; shorten the prompt, lower --max-tokens or raise --ctx")]
     ContextFull {
@@ -109,6 +117,54 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Whether this is a failure of Switchyard itself rather than of the caller's
+    /// input, the model file or the machine's files: a broken invariant
+    /// ([`ModelError::Internal`]), a step that failed to trace, plan, compile or run
+    /// ([`ModelError::Compile`], [`ModelError::Run`], [`ModelError::Backend`], a lost
+    /// or full device included), or logits the sampler cannot draw from (empty, or all
+    /// NaN). A server answers these with 500; everything else names what the user can
+    /// change.
+    pub fn is_internal(&self) -> bool {
+        use crate::model::sampler::SamplerError;
+        match self {
+            ModelError::Internal(_)
+            | ModelError::Compile(_)
+            | ModelError::Run(_)
+            | ModelError::Backend(_) => true,
+            ModelError::Sampling(e) => !matches!(e, SamplerError::InvalidConfig { .. }),
+            _ => false,
+        }
+    }
+
+    /// Whether the request itself is at fault (an empty prompt, a prompt or
+    /// `max_tokens` past the context, invalid sampler settings, a chat the template
+    /// refuses, text the tokenizer refuses): a server answers these with 400. Neither
+    /// this nor [`ModelError::is_internal`] holds for a bad model file, a missing file
+    /// or a failed fetch.
+    pub fn is_input(&self) -> bool {
+        use crate::model::chat_template::TemplateError;
+        use crate::model::sampler::SamplerError;
+        use crate::model::tokenizer::TokenizerError;
+        match self {
+            ModelError::Input(_) | ModelError::ContextFull { .. } => true,
+            // A template that does not compile is the model file's fault.
+            ModelError::Template(e) => !matches!(e, TemplateError::Syntax(_)),
+            // Encoding the request's text or decoding its ids; the other tokenizer
+            // errors are the model file's, raised while it loads.
+            ModelError::Tokenizer(e) => matches!(
+                e,
+                TokenizerError::TokenOutOfRange { .. } | TokenizerError::Backend(_)
+            ),
+            ModelError::Sampling(e) => matches!(e, SamplerError::InvalidConfig { .. }),
+            _ => false,
+        }
+    }
+
+    /// A [`ModelError::Internal`] saying what invariant broke.
+    pub fn internal(detail: impl Into<String>) -> ModelError {
+        ModelError::Internal(detail.into())
+    }
+
     /// An [`ModelError::Io`] for `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> ModelError {
         ModelError::Io {
@@ -131,5 +187,70 @@ impl ModelError {
             path: path.into(),
             detail: detail.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+    use crate::cache::CompileError;
+    use crate::exec::ExecError;
+    use crate::model::chat_template::TemplateError;
+    use crate::model::sampler::SamplerError;
+    use crate::model::tokenizer::TokenizerError;
+
+    /// Each kind of error is the user's input, ours, or neither (the model file, the
+    /// machine's files, a fetch), and never both.
+    #[test]
+    fn errors_are_classified_as_input_internal_or_neither() {
+        let path = || PathBuf::from("m.gguf");
+        let ours = [
+            ModelError::internal("a sequence forked past its end"),
+            ModelError::Backend(BackendError::Device("device lost".into())),
+            ModelError::Run(ExecError::MissingInput("tokens".into())),
+            ModelError::Compile(CompileError::Exec(ExecError::UnknownInput("x".into()))),
+            ModelError::Sampling(SamplerError::NoCandidates(4)),
+            ModelError::Sampling(SamplerError::EmptyLogits),
+        ];
+        let theirs = [
+            ModelError::Input("the prompt is empty".into()),
+            ModelError::ContextFull {
+                needed: 9,
+                context: 8,
+            },
+            ModelError::Sampling(SamplerError::InvalidConfig {
+                field: "temperature",
+                value: f32::NAN,
+                expected: "finite and >= 0",
+            }),
+            ModelError::Template(TemplateError::Render("roles must alternate".into())),
+            ModelError::Tokenizer(TokenizerError::TokenOutOfRange {
+                id: 70_000,
+                vocab_size: 49_152,
+            }),
+        ];
+        let neither = [
+            ModelError::format(path(), "truncated"),
+            ModelError::unsupported(path(), "tensor type 99"),
+            ModelError::io(path(), std::io::Error::other("gone")),
+            ModelError::Template(TemplateError::Syntax("{% if".into())),
+            ModelError::Tokenizer(TokenizerError::InvalidVocab("no tokens".into())),
+            ModelError::Fetch {
+                detail: "offline".into(),
+            },
+        ];
+        for e in &ours {
+            assert!(e.is_internal() && !e.is_input(), "{e:?}");
+        }
+        for e in &theirs {
+            assert!(e.is_input() && !e.is_internal(), "{e:?}");
+        }
+        for e in &neither {
+            assert!(!e.is_input() && !e.is_internal(), "{e:?}");
+        }
+        assert!(ModelError::internal("x")
+            .to_string()
+            .starts_with("internal error"));
     }
 }

@@ -134,7 +134,9 @@ pub fn generate_after(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation, ModelError> {
     if seq.len() >= prompt.len() && !prompt.is_empty() {
-        return Err(ModelError::Input(format!(
+        // Callers pass the sequence they built from this conversation's earlier
+        // prompts; one holding the whole prompt already is their bug.
+        return Err(ModelError::internal(format!(
             "the sequence already holds {} positions; the prompt has {}",
             seq.len(),
             prompt.len()
@@ -230,6 +232,14 @@ impl<'t> Decoding<'t> {
         }
         let forced = self.options.force_tokens.get(step).copied();
         let token = match forced {
+            // Forced ids come from the caller (`--force-tokens`): check them here, so
+            // that the decoder's refusal below can only be our failure.
+            Some(t) if t as usize >= logits.len() => {
+                return Err(ModelError::Input(format!(
+                    "forced token id {t} is outside the vocabulary of {}",
+                    logits.len()
+                )))
+            }
             Some(t) => t,
             None => sampler.sample(logits, &self.history)?,
         };
@@ -392,7 +402,9 @@ impl<'a> TextStream<'a> {
         let piece = self
             .decoder
             .push(token)
-            .map_err(|e| ModelError::Input(format!("decoding token {token}: {e}")))?;
+            // The sampler drew it from the model's own logits: a token that does not
+            // decode is our failure, not the request's.
+            .map_err(|e| ModelError::internal(format!("decoding token {token}: {e}")))?;
         if let Some(piece) = piece {
             self.pending.push_str(&piece);
         }
@@ -403,7 +415,7 @@ impl<'a> TextStream<'a> {
         if let Some(rest) = self
             .decoder
             .finish()
-            .map_err(|e| ModelError::Input(format!("decoding: {e}")))?
+            .map_err(|e| ModelError::internal(format!("decoding: {e}")))?
         {
             self.pending.push_str(&rest);
         }

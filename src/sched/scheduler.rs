@@ -36,7 +36,12 @@ impl Limits {
                 MAX_STEP_TOKENS - PREFILL_CHUNK
             ));
         }
-        if prefill_tokens == 0 || parallel + prefill_tokens > MAX_STEP_TOKENS {
+        // `prefill_tokens` comes from the command line: a huge one must not wrap the sum.
+        if prefill_tokens == 0
+            || parallel
+                .checked_add(prefill_tokens)
+                .is_none_or(|sum| sum > MAX_STEP_TOKENS)
+        {
             return Err(format!(
                 "prompt tokens per step must be between 1 and {} with {parallel} in parallel, got {prefill_tokens}",
                 MAX_STEP_TOKENS - parallel
@@ -187,7 +192,7 @@ impl<'t> Scheduler<'t> {
         let needed = positions(request);
         match self.limits.kv_positions {
             Some(budget) if needed > budget => Fit::Never { needed, budget },
-            Some(budget) if self.kv_reserved() + needed > budget => Fit::Later,
+            Some(budget) if self.kv_reserved().saturating_add(needed) > budget => Fit::Later,
             _ if !self.has_room() => Fit::Later,
             _ => Fit::Now,
         }
@@ -195,7 +200,9 @@ impl<'t> Scheduler<'t> {
 
     /// KV positions the running sequences reserve (each its prompt plus `max_tokens`).
     pub fn kv_reserved(&self) -> usize {
-        self.slots.iter().map(|s| s.reserved).sum()
+        self.slots
+            .iter()
+            .fold(0, |sum, s| sum.saturating_add(s.reserved))
     }
 
     /// Bytes the running sequences' KV caches hold now (blocks shared with the prefix
@@ -215,8 +222,9 @@ impl<'t> Scheduler<'t> {
     pub fn admit(&mut self, runner: &Runner, id: u64, request: Request) -> Result<(), ModelError> {
         match self.fits(&request) {
             Fit::Now => {}
+            // Callers wait while `fits` says `Later`; admitting anyway is their bug.
             Fit::Later => {
-                return Err(ModelError::Input(format!(
+                return Err(ModelError::internal(format!(
                     "no room: {} sequences run, reserving {} KV positions",
                     self.slots.len(),
                     self.kv_reserved()
@@ -386,4 +394,19 @@ fn positions(request: &Request) -> usize {
         .prompt
         .len()
         .saturating_add(request.options.max_tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prompt budget from the command line near `usize::MAX` is refused, not wrapped
+    /// around into a small sum that passes.
+    #[test]
+    fn huge_prefill_budgets_are_refused_without_wrapping() {
+        for prefill in [usize::MAX, usize::MAX - 1, MAX_STEP_TOKENS] {
+            assert!(Limits::new(1, prefill).is_err(), "{prefill}");
+        }
+        assert!(Limits::new(1, MAX_STEP_TOKENS - 1).is_ok());
+    }
 }

@@ -14,6 +14,14 @@ const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
 /// Most stop strings a request may give.
 const MAX_STOP_STRINGS: usize = 16;
 
+/// Longest stop string, in bytes: far past any delimiter a client uses, short enough
+/// that matching it against every token's text stays cheap.
+pub(crate) const MAX_STOP_BYTES: usize = 4096;
+
+/// Most messages a chat request may hold: more than any context this server runs
+/// holds once each message's template tokens are counted.
+pub(crate) const MAX_MESSAGES: usize = 4096;
+
 /// Most choices (`n`) one request may ask for.
 pub(crate) const MAX_CHOICES: usize = 16;
 
@@ -57,6 +65,9 @@ pub(crate) struct Params {
     pub top_p: f32,
     /// Most tokens to generate, when given.
     pub max_tokens: Option<usize>,
+    /// The field `max_tokens` came from (`max_tokens` or `max_completion_tokens`), for
+    /// errors about its value.
+    pub max_tokens_field: &'static str,
     /// Texts that end the generation.
     pub stop: Vec<String>,
     /// Random seed, when given.
@@ -99,15 +110,20 @@ impl Params {
                 format!("top_p must be between 0 and 1, got {top_p}."),
             ));
         }
-        let max_tokens = match opt_int(body, "max_tokens")? {
-            Some(n) => Some(n),
-            None => opt_int(body, "max_completion_tokens")?,
+        // Chat's newer name for the same limit; `max_tokens` wins when both are given,
+        // and an error names the field the value came from.
+        let (limit_field, max_tokens) = match opt_int(body, "max_tokens")? {
+            Some(n) => ("max_tokens", Some(n)),
+            None => (
+                "max_completion_tokens",
+                opt_int(body, "max_completion_tokens")?,
+            ),
         };
         let max_tokens = match max_tokens {
             Some(n) if n <= 0 => {
                 return Err(ApiError::bad_value(
-                    "max_tokens",
-                    format!("max_tokens must be at least 1, got {n}."),
+                    limit_field,
+                    format!("{limit_field} must be at least 1, got {n}."),
                 ))
             }
             Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -173,6 +189,7 @@ impl Params {
             temperature: temperature as f32,
             top_p: top_p as f32,
             max_tokens,
+            max_tokens_field: limit_field,
             stop: stop_strings(body)?,
             seed,
             stream: opt_bool(body, "stream")?.unwrap_or(false),
@@ -231,6 +248,15 @@ pub(crate) fn messages(body: &Body) -> Result<Vec<Message>, ApiError> {
             "messages must hold at least one message.",
         ));
     }
+    if list.len() > MAX_MESSAGES {
+        return Err(ApiError::bad_value(
+            "messages",
+            format!(
+                "messages holds {} messages; at most {MAX_MESSAGES} are supported.",
+                list.len()
+            ),
+        ));
+    }
     list.iter()
         .enumerate()
         .map(|(i, item)| message(i, item))
@@ -280,7 +306,10 @@ fn text_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
             _ => {
                 return Err(ApiError::bad_value(
                     param,
-                    "Only content parts of type 'text' with a string 'text' are supported.",
+                    format!(
+                        "{param}: only content parts of type 'text' with a string 'text' are \
+                         supported."
+                    ),
                 ))
             }
         }
@@ -304,8 +333,10 @@ pub(crate) fn prompt(body: &Body) -> Result<String, ApiError> {
     }
 }
 
+/// The `stop` strings: a string or a list of at most [`MAX_STOP_STRINGS`], each at most
+/// [`MAX_STOP_BYTES`] long.
 fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
-    match body.get("stop") {
+    let stops: Vec<String> = match body.get("stop") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(list)) if list.len() > MAX_STOP_STRINGS => Err(ApiError::bad_value(
@@ -324,7 +355,17 @@ fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
             "stop",
             "a string or a list of strings",
         )),
+    }?;
+    if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::bad_value(
+            "stop",
+            format!(
+                "A stop string is {} bytes long; at most {MAX_STOP_BYTES} are supported.",
+                long.len()
+            ),
+        ));
     }
+    Ok(stops)
 }
 
 fn opt_str(body: &Body, key: &str) -> Result<Option<String>, ApiError> {
@@ -401,6 +442,18 @@ mod tests {
         assert_eq!(code(r#"{"n": 0}"#), "invalid_value");
         assert_eq!(code(r#"{"n": 17}"#), "invalid_value");
         assert_eq!(code(r#"{"tools": []}"#), "unsupported_parameter");
+        let param = |text: &str| Params::parse(&body(text), Kind::Chat).unwrap_err().param;
+        let long = format!(r#"{{"stop": ["{}"]}}"#, "x".repeat(MAX_STOP_BYTES + 1));
+        assert_eq!(param(&long).as_deref(), Some("stop"));
+        let fits = format!(r#"{{"stop": "{}"}}"#, "x".repeat(MAX_STOP_BYTES));
+        assert_eq!(
+            Params::parse(&body(&fits), Kind::Chat).unwrap().stop[0].len(),
+            4096
+        );
+        let newer = param(r#"{"max_completion_tokens": 0}"#);
+        assert_eq!(newer.as_deref(), Some("max_completion_tokens"));
+        let both = param(r#"{"max_tokens": -1, "max_completion_tokens": 5}"#);
+        assert_eq!(both.as_deref(), Some("max_tokens"));
     }
 
     #[test]
@@ -442,6 +495,12 @@ mod tests {
         let err = |text: &str| messages(&body(text)).unwrap_err();
         assert_eq!(err("{}").code, "missing_required_parameter");
         assert_eq!(err(r#"{"messages": []}"#).code, "invalid_value");
+        let many = |n: usize| {
+            let list = vec![r#"{"role": "user", "content": "x"}"#; n].join(",");
+            messages(&body(&format!(r#"{{"messages": [{list}]}}"#)))
+        };
+        assert_eq!(many(MAX_MESSAGES).unwrap().len(), MAX_MESSAGES);
+        assert_eq!(many(MAX_MESSAGES + 1).unwrap_err().code, "invalid_value");
         let bad_role = err(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#);
         assert_eq!(bad_role.param.as_deref(), Some("messages[0].role"));
         assert_eq!(prompt(&body(r#"{"prompt": ["x"]}"#)).unwrap(), "x");

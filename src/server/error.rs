@@ -127,6 +127,11 @@ impl ApiError {
         }
     }
 
+    /// A 500 `internal_error`: a failure of the server itself, not of the request.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::server(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+
     /// The JSON body, also sent as an SSE event when a stream fails midway.
     pub fn body(&self) -> serde_json::Value {
         json!({
@@ -152,26 +157,35 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<ModelError> for ApiError {
+    /// The request's fault (an empty prompt, past the context, bad sampler settings)
+    /// is a 400; ours ([`ModelError::is_internal`]) a 500 `internal_error`; anything
+    /// else (the model file, the machine) a 500 `generation_failed`.
+    fn from(error: ModelError) -> Self {
+        match error {
+            e @ ModelError::ContextFull { .. } => {
+                ApiError::invalid("context_length_exceeded", None, e.to_string())
+            }
+            ModelError::Input(message) => ApiError::invalid("invalid_value", None, message),
+            e if e.is_input() => ApiError::invalid("invalid_value", None, e.to_string()),
+            e if e.is_internal() => ApiError::internal(e.to_string()),
+            e => ApiError::server(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "generation_failed",
+                e.to_string(),
+            ),
+        }
+    }
+}
+
 impl From<EngineError> for ApiError {
     /// The response for a job the engine failed.
     fn from(error: EngineError) -> Self {
         match error {
-            EngineError::Model(e) => match *e {
-                e @ ModelError::ContextFull { .. } => {
-                    ApiError::invalid("context_length_exceeded", None, e.to_string())
-                }
-                ModelError::Input(message) => ApiError::invalid("invalid_value", None, message),
-                e => ApiError::server(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "generation_failed",
-                    e.to_string(),
-                ),
-            },
-            EngineError::Panicked(what) => ApiError::server(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                format!("The generation failed unexpectedly: {what}"),
-            ),
+            EngineError::Model(e) => ApiError::from(*e),
+            EngineError::Panicked(what) => {
+                ApiError::internal(format!("The generation failed unexpectedly: {what}"))
+            }
             EngineError::StepFailed(what) => ApiError::server(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "generation_failed",
@@ -204,5 +218,53 @@ mod tests {
         let busy = ApiError::queue_full(8).into_response();
         assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+    }
+
+    /// Failures of ours are 500 `server_error`s, the request's are 400s, whichever
+    /// way they reach the handler; the body keeps OpenAI's shape either way.
+    #[test]
+    fn internal_errors_are_500_and_input_errors_400() {
+        use crate::backend::BackendError;
+        use crate::exec::ExecError;
+        use crate::model::sampler::SamplerError;
+        let internal = [
+            ModelError::internal("a sequence was admitted without room"),
+            ModelError::Run(ExecError::MissingInput("tokens".into())),
+            ModelError::Backend(BackendError::Device("device lost".into())),
+            ModelError::Sampling(SamplerError::NoCandidates(3)),
+        ];
+        for e in internal {
+            let text = e.to_string();
+            let api = ApiError::from(EngineError::Model(Box::new(e)));
+            assert_eq!((api.status.as_u16(), api.code), (500, "internal_error"));
+            let response = api.clone().into_response();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let body = api.body();
+            assert_eq!(body["error"]["type"], "server_error", "{body}");
+            assert_eq!(body["error"]["code"], "internal_error", "{body}");
+            assert_eq!(body["error"]["message"], text.as_str(), "{body}");
+            assert!(body["error"]["param"].is_null(), "{body}");
+        }
+        let input = [
+            ModelError::Input("the prompt is empty".into()),
+            ModelError::Sampling(SamplerError::InvalidConfig {
+                field: "top_p",
+                value: 2.0,
+                expected: "in (0, 1]",
+            }),
+        ];
+        for e in input {
+            let api = ApiError::from(e);
+            assert_eq!(
+                (api.status.as_u16(), api.kind),
+                (400, "invalid_request_error")
+            );
+        }
+        let file = ApiError::from(ModelError::format("m.gguf", "truncated"));
+        assert_eq!(
+            (file.status.as_u16(), file.code),
+            (500, "generation_failed")
+        );
+        assert_eq!(file.body()["error"]["type"], "server_error");
     }
 }

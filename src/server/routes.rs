@@ -188,7 +188,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         Kind::Chat => app.context.saturating_sub(prompt.len()),
         Kind::Text => DEFAULT_COMPLETION_TOKENS,
     };
-    let max_tokens = check_lengths(&app, prompt.len(), params.max_tokens, default_max)?;
+    let max_tokens = check_lengths(&app, kind, prompt.len(), &params, default_max)?;
     let (sender, events) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     // top_p = 0 keeps only the most likely token: greedy.
@@ -278,6 +278,10 @@ async fn wait(
 /// Renders and tokenizes the input (runs on a blocking thread). A plain prompt gets
 /// the model's BOS/EOS; a rendered chat gets none, as its template writes its own.
 fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
+    let param = match input {
+        Input::Prompt(_) => "prompt",
+        Input::Messages(_) => "messages",
+    };
     let ids = match input {
         Input::Prompt(text) => model.tokenizer.encode(&text, false),
         Input::Messages(messages) => {
@@ -294,36 +298,45 @@ fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
             model.tokenizer.encode_chat(&text)
         }
     };
-    ids.map_err(|e| ApiError::bad_value("prompt", format!("The prompt does not tokenize: {e}")))
+    ids.map_err(|e| ApiError::bad_value(param, format!("The prompt does not tokenize: {e}")))
 }
 
-/// The token limit to use, or a 400 when the prompt and limit do not fit the context.
+/// The token limit to use, or a 400 when the prompt and limit do not fit the context
+/// (naming `messages` for a chat and `prompt` for a completion).
 fn check_lengths(
     app: &App,
+    kind: Kind,
     prompt: usize,
-    max_tokens: Option<usize>,
+    params: &Params,
     default_max: usize,
 ) -> Result<usize, ApiError> {
+    let (max_tokens, field) = (params.max_tokens, params.max_tokens_field);
     let context = app.context;
+    let input = match kind {
+        Kind::Chat => "messages",
+        Kind::Text => "prompt",
+    };
     if prompt == 0 {
-        return Err(ApiError::bad_value("prompt", "The prompt is empty."));
+        return Err(ApiError::bad_value(input, "The prompt is empty."));
     }
     if let Some(n) = max_tokens.filter(|&n| n > context) {
         return Err(ApiError::bad_value(
-            "max_tokens",
-            format!("max_tokens is {n}, but this model's context holds {context} tokens."),
+            field,
+            format!("{field} is {n}, but this model's context holds {context} tokens."),
         ));
     }
     let max_tokens = max_tokens.unwrap_or(default_max);
-    if prompt >= context || prompt + max_tokens > context {
+    // Both are bounded by the context by now; saturating anyway, so that no request
+    // number can wrap the sum past the check.
+    let requested = prompt.saturating_add(max_tokens);
+    if prompt >= context || requested > context {
         return Err(ApiError::invalid(
             "context_length_exceeded",
-            Some("messages"),
+            Some(input),
             format!(
                 "This model's maximum context length is {context} tokens. However, you \
-                 requested {} tokens ({prompt} in the prompt, {max_tokens} for the \
-                 completion). Please reduce the prompt or max_tokens.",
-                prompt + max_tokens
+                 requested {requested} tokens ({prompt} in the prompt, {max_tokens} for the \
+                 completion). Please reduce the prompt or max_tokens."
             ),
         ));
     }

@@ -80,14 +80,20 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
     });
     let seed = req.seed.unwrap_or(stamp.unix_time);
     let model = Model::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    // Checked before the prompt is built: a huge --prompt-tokens would otherwise make
+    // the benchmark text that long first.
+    let ctx = req
+        .prompt_tokens
+        .checked_add(req.gen_tokens)
+        .and_then(|n| n.checked_add(1))
+        .filter(|&n| n <= model.config.context_length)
+        .with_context(|| {
+            format!(
+                "--prompt-tokens {} plus --gen-tokens {} exceed the model's context of {}",
+                req.prompt_tokens, req.gen_tokens, model.config.context_length
+            )
+        })?;
     let prompt = bench_prompt(&model.tokenizer, req.prompt_tokens)?;
-    let ctx = req.prompt_tokens + req.gen_tokens + 1;
-    if ctx > model.config.context_length {
-        bail!(
-            "{ctx} positions exceed the model's context of {}",
-            model.config.context_length
-        );
-    }
     let kv = req.model.kv_dtype();
     let file_name = path
         .file_name()

@@ -27,18 +27,34 @@ pub struct BenchArgs {
         long,
         value_name = "N,N,...",
         value_delimiter = ',',
-        default_value = "128,512"
+        default_value = "128,512",
+        allow_negative_numbers = true
     )]
     prompt_tokens: Vec<usize>,
     /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test.
-    #[arg(long, value_name = "N", default_value_t = 128)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
     gen_tokens: usize,
     /// Also time --gen-tokens decode steps of B sequences stepped together (tgNxB),
     /// for each B in the list (aggregate tok/s of all B).
-    #[arg(long, value_name = "B,B,...", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "B,B,...",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
     batch: Vec<usize>,
     /// Timed repetitions of each test, after one warm-up.
-    #[arg(long, value_name = "R", default_value_t = 5)]
+    #[arg(
+        long,
+        value_name = "R",
+        default_value_t = 5,
+        allow_negative_numbers = true
+    )]
     reps: usize,
     /// Print one JSON object (environment, model, every repetition) instead of a table.
     #[arg(long)]
@@ -50,13 +66,23 @@ pub struct BenchArgs {
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     arms: Vec<String>,
     /// With --arms: timed rounds (each runs every arm once, in a shuffled order).
-    #[arg(long, value_name = "N", default_value_t = 50)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 50,
+        allow_negative_numbers = true
+    )]
     rounds: usize,
     /// With --arms: warm-up rounds before timing (not recorded).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10,
+        allow_negative_numbers = true
+    )]
     warmup: usize,
     /// With --arms: seed of the round orders (default: the start time; always recorded).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
     seed: Option<u64>,
     /// With --arms: run even when precisions differ or memory looks too small (the
     /// result is marked as forced).
@@ -97,8 +123,54 @@ struct ModelReport {
 /// Largest `--batch` size: one step's tokens must fit a batched step.
 const MAX_BENCH_BATCH: usize = switchyard::model::MAX_STEP_TOKENS;
 
+/// Most `--reps` (each a whole run of every test).
+const MAX_REPS: usize = 1000;
+
+/// Most `--rounds` and `--warmup` rounds of `--arms` (each runs every arm once).
+const MAX_ROUNDS: usize = 10_000;
+
+/// Largest `--prompt-tokens` or `--gen-tokens`: past any model's context, and small
+/// enough that adding the two never wraps.
+const MAX_BENCH_TOKENS: usize = 1 << 24;
+
+/// Refuses counts that cannot run or would run for days, naming the flag, before the
+/// model loads.
+fn check_flags(args: &BenchArgs) -> Result<()> {
+    if args.reps == 0 || args.reps > MAX_REPS {
+        bail!(
+            "--reps {} is out of range: it takes 1 to {MAX_REPS}",
+            args.reps
+        );
+    }
+    if let Some(n) = args.prompt_tokens.iter().find(|&&n| n > MAX_BENCH_TOKENS) {
+        bail!("--prompt-tokens {n} is longer than any context (at most {MAX_BENCH_TOKENS})");
+    }
+    if args.gen_tokens > MAX_BENCH_TOKENS {
+        bail!(
+            "--gen-tokens {} is longer than any context (at most {MAX_BENCH_TOKENS})",
+            args.gen_tokens
+        );
+    }
+    if !args.arms.is_empty() {
+        if args.rounds == 0 || args.rounds > MAX_ROUNDS {
+            bail!(
+                "--rounds {} is out of range: it takes 1 to {MAX_ROUNDS}",
+                args.rounds
+            );
+        }
+        if args.warmup > MAX_ROUNDS {
+            bail!(
+                "--warmup {} is out of range: it takes 0 to {MAX_ROUNDS}",
+                args.warmup
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
+    check_flags(args)?;
     if !args.arms.is_empty() {
         return bench_arms::run(&bench_arms::ArmsRequest {
             model: &args.model,
@@ -134,9 +206,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if tests.is_empty() {
         bail!("nothing to measure: give --prompt-tokens or a --gen-tokens above 0");
     }
-    if args.reps == 0 {
-        bail!("--reps must be at least 1");
-    }
     let needed = tests
         .iter()
         .map(BenchTest::context_needed)
@@ -147,7 +216,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let (model, mut runner) = model_args.load()?;
     let ctx = runner.new_sequence().context();
     if ctx < needed {
-        bail!("the largest test needs {needed} positions but the model's context holds {ctx}");
+        bail!(
+            "--prompt-tokens/--gen-tokens: the largest test needs {needed} positions but the \
+             model's context holds {ctx}"
+        );
     }
     let longest = tests
         .iter()
@@ -159,6 +231,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let progress = if args.json {
         ProgressBar::hidden()
     } else {
+        // --reps is at most MAX_REPS (check_flags), so this cannot wrap.
         ProgressBar::new((tests.len() * (args.reps + 1)) as u64)
     };
     progress.set_style(

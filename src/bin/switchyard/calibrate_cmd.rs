@@ -14,14 +14,25 @@ pub struct CalibrateArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Timed runs per grid point (the median is kept).
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     reps: u32,
 }
 
+/// Most `--reps` per grid point: each is a timed run of every linear shape.
+const MAX_REPS: u32 = 1000;
+
 /// Runs the command.
 pub fn run(args: &CalibrateArgs) -> Result<()> {
-    if args.reps == 0 {
-        bail!("--reps must be at least 1");
+    if args.reps == 0 || args.reps > MAX_REPS {
+        bail!(
+            "--reps {} is out of range: it takes 1 to {MAX_REPS}",
+            args.reps
+        );
     }
     let (_model, mut runner) = args.model.load()?;
     let bar = ProgressBar::new(0).with_style(

@@ -32,12 +32,13 @@ pub struct ChatArgs {
 
 /// Runs the session until end of input.
 pub fn run(args: &ChatArgs) -> Result<()> {
+    args.sampling.check()?;
     let (model, mut runner) = args.model.load()?;
     let template = model
         .chat_template
         .as_ref()
         .context("this model has no chat template; use `switchyard generate`")?;
-    let mut sampler = args.sampling.sampler()?;
+    let mut sampler = args.sampling.sampler(model.config.vocab_size)?;
     let mut history = Vec::new();
     // The conversation's sequence and the tokens it holds.
     let mut seq = runner.new_sequence();

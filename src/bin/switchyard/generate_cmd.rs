@@ -37,7 +37,12 @@ pub struct GenerateArgs {
     #[arg(long)]
     json: bool,
     /// With --json: the K best logits of every step's distribution.
-    #[arg(long, value_name = "K", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
     top_logits: usize,
     /// Teacher forcing for evaluation: step i emits the i-th id instead of sampling.
     #[arg(long, value_name = "ID,ID,...", value_delimiter = ',')]
@@ -87,7 +92,15 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
             text
         }
     };
+    args.sampling.check()?;
+    if args.top_logits > 0 && !args.json {
+        bail!("--top-logits is reported only with --json");
+    }
     let (model, mut runner) = args.model.load()?;
+    let vocab = model.config.vocab_size;
+    if let Some(bad) = args.force_tokens.iter().find(|&&id| id as usize >= vocab) {
+        bail!("--force-tokens: id {bad} is outside the vocabulary of {vocab} tokens");
+    }
     // A rendered chat writes its own BOS; plain text gets the model's.
     let prompt_tokens = if args.chat {
         let template = model
@@ -105,13 +118,22 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     } else {
         model.tokenizer.encode(&prompt, args.special)?
     };
-    let mut sampler = args.sampling.sampler()?;
+    let mut sampler = args.sampling.sampler(vocab)?;
+    let top_logits = if args.top_logits > vocab {
+        eprintln!(
+            "warning: --top-logits {} exceeds the vocabulary of {vocab} tokens; using {vocab}",
+            args.top_logits
+        );
+        vocab
+    } else {
+        args.top_logits
+    };
     let options = GenerateOptions {
         max_tokens: args.sampling.max_tokens,
         stop_strings: args.sampling.stop.clone(),
         stop_ids: model.stop_ids.clone(),
         force_tokens: args.force_tokens.clone(),
-        top_logits: args.top_logits,
+        top_logits,
         logprobs: None,
     };
     let mut stdout = std::io::stdout().lock();

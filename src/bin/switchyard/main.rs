@@ -16,6 +16,7 @@ mod serve_cmd;
 mod tokenize_cmd;
 
 use clap::{Parser, Subcommand};
+use switchyard::model::ModelError;
 
 /// Switchyard runs transformer LLMs across every compute unit of this machine.
 #[derive(Parser)]
@@ -66,7 +67,49 @@ fn main() {
         Command::Calibrate(args) => calibrate_cmd::run(&args),
     };
     if let Err(error) = result {
-        eprintln!("error: {error:#}");
+        eprintln!("{}", error_line(&error));
         std::process::exit(1);
+    }
+}
+
+/// The one line a failed command prints: the error with its causes, and, when it is a
+/// failure of Switchyard itself ([`ModelError::is_internal`]), a note saying so, so that
+/// the user does not hunt for a mistake in their input.
+fn error_line(error: &anyhow::Error) -> String {
+    let internal = error
+        .chain()
+        .filter_map(|e| e.downcast_ref::<ModelError>())
+        .any(ModelError::is_internal);
+    if internal {
+        format!(
+            "error: {error:#} (an internal error of switchyard — a bug or a failed device, \
+             not a problem with your input or flags; please report it)"
+        )
+    } else {
+        format!("error: {error:#}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_say_they_are_ours() {
+        let ours = anyhow::Error::new(ModelError::internal("a sequence forked past its end"))
+            .context("generating");
+        let line = error_line(&ours);
+        assert!(
+            line.starts_with("error: generating: internal error: a sequence"),
+            "{line}"
+        );
+        assert!(line.contains("not a problem with your input"), "{line}");
+        let theirs = anyhow::Error::new(ModelError::ContextFull {
+            needed: 9,
+            context: 8,
+        });
+        let line = error_line(&theirs);
+        assert!(line.starts_with("error: 9 positions are needed"), "{line}");
+        assert!(!line.contains("internal"), "{line}");
     }
 }

@@ -29,10 +29,15 @@ pub struct ModelArgs {
     #[arg(long, short = 'm', value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Context length: most positions (prompt + generated tokens) one sequence holds.
-    #[arg(long, default_value_t = 2048, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 2048,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub ctx: usize,
     /// CPU threads (default: one per physical core).
-    #[arg(long, short = 't', value_name = "N")]
+    #[arg(long, short = 't', value_name = "N", allow_negative_numbers = true)]
     pub threads: Option<usize>,
     /// How the KV cache stores keys and values: f16 halves its memory, f32 is exact.
     #[arg(long, value_enum, default_value_t = KvType::F16, value_name = "TYPE")]

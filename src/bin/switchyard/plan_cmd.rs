@@ -29,7 +29,12 @@ pub struct PlanArgs {
     #[arg(long)]
     demo: bool,
     /// New tokens per step in the demo graph (1 = a decode step).
-    #[arg(long, default_value_t = 1, requires = "demo")]
+    #[arg(
+        long,
+        default_value_t = 1,
+        requires = "demo",
+        allow_negative_numbers = true
+    )]
     tokens: usize,
     /// Which step of the model to plan: a prefill chunk or a decode step.
     #[arg(long, value_enum, default_value_t = PlanPhase::Decode, conflicts_with = "demo")]
@@ -53,10 +58,16 @@ enum PlanPhase {
     Decode,
 }
 
+/// Most `--tokens` of the demo graph: a step's rows, far past any prefill chunk.
+const MAX_DEMO_TOKENS: usize = 1 << 16;
+
 /// Plans the demo block or a model step and prints the result.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    if args.tokens == 0 {
-        bail!("--tokens must be at least 1");
+    if args.tokens == 0 || args.tokens > MAX_DEMO_TOKENS {
+        bail!(
+            "--tokens {} is out of range: it takes 1 to {MAX_DEMO_TOKENS}",
+            args.tokens
+        );
     }
     let backends = args.model.backend_set()?;
     let graph = if args.demo {

@@ -9,25 +9,36 @@ use switchyard::model::sampler::{Sampler, SamplerConfig};
 #[derive(Args, Clone)]
 pub struct SamplingArgs {
     /// Most tokens to generate.
-    #[arg(long, short = 'n', default_value_t = 128, value_name = "N")]
+    #[arg(
+        long,
+        short = 'n',
+        default_value_t = 128,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub max_tokens: usize,
     /// 0 picks the most likely token (greedy); higher values sample more freely.
     #[arg(
         long,
         default_value_t = 0.0,
         value_name = "T",
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     pub temperature: f32,
     /// Sample only among the K most likely tokens (0 = all).
-    #[arg(long, default_value_t = 40, value_name = "K")]
+    #[arg(
+        long,
+        default_value_t = 40,
+        value_name = "K",
+        allow_negative_numbers = true
+    )]
     pub top_k: usize,
     /// Sample only among the most likely tokens whose probabilities sum to P.
     #[arg(
         long,
         default_value_t = 0.95,
         value_name = "P",
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     pub top_p: f32,
     /// Drop tokens less likely than P times the most likely one.
@@ -35,7 +46,7 @@ pub struct SamplingArgs {
         long,
         default_value_t = 0.05,
         value_name = "P",
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     pub min_p: f32,
     /// Penalise tokens seen in the last --repeat-last-n tokens (1 = off).
@@ -43,29 +54,86 @@ pub struct SamplingArgs {
         long,
         default_value_t = 1.0,
         value_name = "X",
-        allow_negative_numbers = true
+        allow_hyphen_values = true
     )]
     pub repeat_penalty: f32,
     /// How many recent tokens --repeat-penalty looks at.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub repeat_last_n: usize,
     /// Random seed: the same seed gives the same output.
-    #[arg(long, default_value_t = 42, value_name = "S")]
+    #[arg(
+        long,
+        default_value_t = 42,
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     pub seed: u64,
     /// Stop when this text appears (repeatable); it is not printed.
     #[arg(long, value_name = "TEXT")]
     pub stop: Vec<String>,
 }
 
+/// Largest `--temperature`: far above it sampling is already uniform, so a larger
+/// value is a typo.
+const MAX_TEMPERATURE: f32 = 100.0;
+
+/// Largest `--repeat-penalty`: 100 already all but bans every recent token.
+const MAX_REPEAT_PENALTY: f32 = 100.0;
+
 impl SamplingArgs {
-    /// A sampler configured by these flags.
-    pub fn sampler(&self) -> Result<Sampler> {
+    /// Refuses flag values that cannot mean what the user wants, naming the flag:
+    /// `-n 0`, an empty `--stop`, and sampler values out of range, NaN or infinite.
+    pub fn check(&self) -> Result<()> {
+        if self.max_tokens == 0 {
+            bail!("-n/--max-tokens must be at least 1");
+        }
         if self.stop.iter().any(String::is_empty) {
             bail!("--stop takes a non-empty text (an empty one would stop before any token)");
         }
+        let t = self.temperature;
+        if !(t.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&t)) {
+            bail!("--temperature {t} is out of range: it takes 0 (greedy) to {MAX_TEMPERATURE}");
+        }
+        let p = self.top_p;
+        if !(p > 0.0 && p <= 1.0) {
+            bail!("--top-p {p} is out of range: it takes a value above 0 and at most 1");
+        }
+        let m = self.min_p;
+        if !(0.0..=1.0).contains(&m) {
+            bail!("--min-p {m} is out of range: it takes 0 (off) to 1");
+        }
+        let r = self.repeat_penalty;
+        if !(r > 0.0 && r <= MAX_REPEAT_PENALTY) {
+            bail!(
+                "--repeat-penalty {r} is out of range: it takes a value above 0 and at most \
+                 {MAX_REPEAT_PENALTY} (1 = off)"
+            );
+        }
+        Ok(())
+    }
+
+    /// A sampler configured by these flags, for a vocabulary of `vocab` tokens: a
+    /// `--top-k` above it keeps every token, which is said once on stderr.
+    pub fn sampler(&self, vocab: usize) -> Result<Sampler> {
+        self.check()?;
+        let top_k = if self.top_k > vocab {
+            eprintln!(
+                "warning: --top-k {} exceeds the vocabulary of {vocab} tokens; using {vocab} \
+                 (every token)",
+                self.top_k
+            );
+            vocab
+        } else {
+            self.top_k
+        };
         Ok(Sampler::new(SamplerConfig {
             temperature: self.temperature,
-            top_k: self.top_k,
+            top_k,
             top_p: self.top_p,
             min_p: self.min_p,
             repetition_penalty: self.repeat_penalty,

@@ -1,7 +1,7 @@
 //! `switchyard serve`: loads the model once and serves an OpenAI-compatible HTTP API
 //! until SIGINT or SIGTERM.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use switchyard::sched::DEFAULT_PREFILL_TOKENS;
@@ -24,43 +24,78 @@ pub struct ServeArgs {
     /// token of every running generation and prompt chunks of new ones, reading the
     /// weights once for all of them. More raises total throughput; each stream's tokens
     /// come a little slower.
-    #[arg(long, default_value_t = DEFAULT_PARALLEL, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = DEFAULT_PARALLEL,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     parallel: usize,
     /// Prompt tokens a step takes besides the running generations' next tokens: lower
     /// keeps their time per token steadier, higher gets new requests their first token
     /// sooner. A step with no generation decoding takes whole prompts.
-    #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = DEFAULT_PREFILL_TOKENS,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     prefill_per_step: usize,
     /// KV-cache memory for all running generations together, in MiB: a request joins
     /// only when its prompt plus max_tokens fits beside the others' (it waits in the
     /// queue otherwise; one larger than the whole budget gets a 400). Default: no bound
     /// beyond --parallel × --ctx.
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true)]
     kv_memory: Option<usize>,
     /// Most requests that wait while `--parallel` run; the next gets 429.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     max_queue: usize,
 }
 
 /// Largest `--max-queue` (the queue's slots are allocated up front).
 const MAX_QUEUE_LIMIT: usize = 4096;
 
+/// The batching limits of `--parallel` and `--prefill-per-step`, after refusing
+/// those and `--max-queue` when out of range, each by its flag.
+fn check_limits(args: &ServeArgs) -> Result<Limits> {
+    if args.max_queue == 0 || args.max_queue > MAX_QUEUE_LIMIT {
+        bail!(
+            "--max-queue {} is out of range: it takes 1 to {MAX_QUEUE_LIMIT}",
+            args.max_queue
+        );
+    }
+    Limits::new(args.parallel, 1).map_err(|e| anyhow!("--parallel {}: {e}", args.parallel))?;
+    Limits::new(args.parallel, args.prefill_per_step)
+        .map_err(|e| anyhow!("--prefill-per-step {}: {e}", args.prefill_per_step))
+}
+
 /// Runs the server until a shutdown signal.
 pub fn run(args: &ServeArgs) -> Result<()> {
-    if args.max_queue > MAX_QUEUE_LIMIT {
-        bail!("--max-queue must be at most {MAX_QUEUE_LIMIT}");
-    }
-    let limits = Limits::new(args.parallel, args.prefill_per_step)
-        .map_err(|e| anyhow::anyhow!("--parallel / --prefill-per-step: {e}"))?;
+    let limits = check_limits(args)?;
     let (model, runner) = args.model.load()?;
     let limits = match args.kv_memory {
         Some(mib) => {
-            let per_position = runner.kv_bytes_per_position();
-            let positions = mib.saturating_mul(1 << 20) / per_position.max(1);
+            let per_position = runner.kv_bytes_per_position().max(1);
+            let positions = mib.saturating_mul(1 << 20) / per_position;
             if positions == 0 {
                 bail!("--kv-memory {mib} MiB holds no KV position ({per_position} bytes each)");
             }
-            limits.with_kv_positions(positions)
+            // Past --parallel full contexts a budget bounds nothing.
+            let most = limits.max_parallel().saturating_mul(runner.context());
+            if positions > most {
+                let needed = most.saturating_mul(per_position).div_ceil(1 << 20);
+                eprintln!(
+                    "warning: --kv-memory {mib} MiB is more than --parallel {} full contexts \
+                     need ({needed} MiB); using {needed}",
+                    limits.max_parallel()
+                );
+            }
+            limits.with_kv_positions(positions.min(most))
         }
         None => limits,
     };
