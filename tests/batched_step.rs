@@ -65,7 +65,7 @@ fn argmax(logits: &[f32]) -> u32 {
 
 /// Every logits vector of a greedy run of `prompt` alone: the prompt's, then each step's.
 fn alone(runner: &mut Runner, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let mut all = vec![runner.forward(&mut seq, prompt).unwrap()];
     for _ in 0..STEPS {
         let token = argmax(all.last().unwrap());
@@ -98,7 +98,7 @@ fn sixteen_sequences_together_get_the_logits_they_get_alone() {
         // One new sequence joins at every step.
         if let Some(prompt) = prompts.get(step) {
             streams.push(Stream {
-                seq: batched.new_sequence(),
+                seq: batched.new_sequence().unwrap(),
                 prompt: prompt.clone(),
                 prefilled: 0,
                 logits: Vec::new(),
@@ -172,7 +172,10 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
     let path = fetch::default_model_path(false).expect("fetching the default model");
     let model = Model::open(&path).unwrap();
     let mut runner = runner(&model);
-    let (mut a, mut b) = (runner.new_sequence(), runner.new_sequence());
+    let (mut a, mut b) = (
+        runner.new_sequence().unwrap(),
+        runner.new_sequence().unwrap(),
+    );
     let long = vec![1u32; 200];
     let mut work = [
         Work {

@@ -71,7 +71,7 @@ fn argmax(logits: &[f32]) -> u32 {
 
 /// The prompt's last logits, then the greedy tokens.
 fn greedy(runner: &mut Runner, prompt: &[u32]) -> (Vec<f32>, Vec<u32>) {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let first = runner.forward(&mut seq, prompt).unwrap();
     let mut logits = first.clone();
     let mut tokens = Vec::new();

@@ -60,7 +60,7 @@ fn argmax(logits: &[f32]) -> u32 {
 
 /// Greedy tokens after `prompt`.
 fn greedy(runner: &mut Runner, prompt: &[u32]) -> Vec<u32> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let mut logits = runner.forward(&mut seq, prompt).unwrap();
     let mut tokens = Vec::new();
     for _ in 0..STEPS {

@@ -150,7 +150,7 @@ fn cpu() -> BackendSet {
 
 /// Logits after the prompt and after each of `decode` single-token steps.
 fn run(runner: &mut Runner, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let mut all = vec![runner.forward(&mut seq, prompt).unwrap()];
     for &t in decode {
         all.push(runner.forward(&mut seq, &[t]).unwrap());

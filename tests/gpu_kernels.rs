@@ -386,6 +386,7 @@ fn kv(dtype: KvDType) -> KvCache {
         head_dim: HEAD_DIM,
         dtype,
     })
+    .unwrap()
 }
 
 /// Runs attention steps of `steps` (`(tokens, on the GPU)`) over one cache on a

@@ -111,7 +111,7 @@ fn write_model(path: &std::path::Path, blocks: bool) {
 
 /// Logits after the prompt and after each decode token.
 fn run(runner: &mut Runner, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let mut all = vec![runner.forward(&mut seq, prompt).unwrap()];
     for &t in decode {
         all.push(runner.forward(&mut seq, &[t]).unwrap());

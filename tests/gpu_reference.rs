@@ -16,7 +16,7 @@ use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights, 
 const STEPS: usize = 8;
 
 fn greedy(runner: &mut Runner, prompt: &[u32]) -> Vec<u32> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence().unwrap();
     let mut logits = runner.forward(&mut seq, prompt).unwrap();
     let mut out = Vec::new();
     for _ in 0..STEPS {

@@ -161,7 +161,7 @@ fn run_fixture(fixture: &Value, kv: KvDType, tolerance: f32) -> Result<f32, Stri
             ));
         }
         let positions = prompt["positions"].as_array().unwrap();
-        let mut seq = runner.new_sequence();
+        let mut seq = runner.new_sequence().unwrap();
         let logits = runner.forward(&mut seq, &ids).map_err(|e| e.to_string())?;
         let last = check_position(
             &format!("prompt {p} last"),

@@ -78,7 +78,7 @@ fn default_model_matches_llama_cpp_within_reference_tolerances() {
         let prompt = ids(&case["prompt_token_ids"]);
         let greedy = ids(&case["greedy_token_ids"]);
         let steps = case["greedy_steps"].as_array().unwrap();
-        let mut seq = runner.new_sequence();
+        let mut seq = runner.new_sequence().unwrap();
 
         let mut logits = runner.forward(&mut seq, &prompt).unwrap();
         let last_top10: Vec<Value> = case["last_position_top10"]

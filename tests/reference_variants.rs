@@ -88,7 +88,7 @@ fn check(format: &str, path: &Path, reference: &Value, b: &Bounds) -> Vec<String
         let name = case["name"].as_str().unwrap();
         let prompt = ids(&case["prompt_token_ids"]);
         let greedy = ids(&case["greedy_token_ids"]);
-        let mut seq = runner.new_sequence();
+        let mut seq = runner.new_sequence().unwrap();
         let mut logits = runner.forward(&mut seq, &prompt).unwrap();
         let last: Vec<Value> = case["last_position_top10"]
             .as_array()

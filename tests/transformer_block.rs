@@ -230,6 +230,7 @@ fn kv_cache() -> KvCache {
         head_dim: DH,
         dtype: KvDType::F32,
     })
+    .unwrap()
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

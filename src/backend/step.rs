@@ -33,11 +33,30 @@ pub struct KvLayout {
 impl KvLayout {
     /// Bytes one position takes: keys and values of every layer.
     pub fn position_bytes(&self) -> usize {
+        self.checked_position_bytes().unwrap_or(usize::MAX)
+    }
+
+    fn checked_position_bytes(&self) -> Option<usize> {
         let per = match self.dtype {
             KvDType::F16 => 2,
             KvDType::F32 => 4,
         };
-        2 * self.n_layers * self.n_kv_heads * self.head_dim * per
+        [self.n_layers, self.n_kv_heads, self.head_dim, per]
+            .into_iter()
+            .try_fold(2usize, usize::checked_mul)
+    }
+
+    /// Bytes all `capacity` positions take, or an error naming the dimensions when the
+    /// product overflows (a hostile or absurd layout).
+    pub fn capacity_bytes(&self) -> Result<usize, BackendError> {
+        self.checked_position_bytes()
+            .and_then(|p| p.checked_mul(self.capacity))
+            .ok_or_else(|| {
+                BackendError::KvCache(format!(
+                    "{} positions × {} layers × {} KV heads × {} dims overflow the address space",
+                    self.capacity, self.n_layers, self.n_kv_heads, self.head_dim
+                ))
+            })
     }
 }
 
@@ -81,21 +100,22 @@ pub struct KvCache {
 
 impl KvCache {
     /// An empty cache with room for `layout.capacity` positions; memory is taken block by
-    /// block as positions are written.
-    pub fn new(layout: KvLayout) -> KvCache {
+    /// block as positions are written. A layout whose full size overflows is refused.
+    pub fn new(layout: KvLayout) -> Result<KvCache, BackendError> {
+        layout.capacity_bytes()?;
         let width = layout.n_kv_heads * layout.head_dim;
         let layers = || {
             (0..layout.n_layers)
                 .map(|_| KvRows::new(layout.dtype, width, layout.capacity))
                 .collect()
         };
-        KvCache {
+        Ok(KvCache {
             layout,
             keys: layers(),
             values: layers(),
             home: vec![MemorySpace::HOST; layout.n_layers],
             device: None,
-        }
+        })
     }
 
     /// The cache's dimensions.
@@ -295,5 +315,38 @@ impl<'a> StepState<'a> {
     /// The step's sequences, mutably (their caches are written by attention).
     pub fn segments_mut(&mut self) -> &mut [Segment<'a>] {
         &mut self.segments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KvCache, KvDType, KvLayout};
+
+    #[test]
+    fn a_layout_whose_size_overflows_is_refused_by_its_dimensions() {
+        let layout = |capacity| KvLayout {
+            n_layers: 30,
+            capacity,
+            n_kv_heads: 3,
+            head_dim: 64,
+            dtype: KvDType::F16,
+        };
+        assert_eq!(
+            layout(2048).capacity_bytes().unwrap(),
+            2048 * 30 * 3 * 64 * 2 * 2
+        );
+        assert!(KvCache::new(layout(2048)).is_ok());
+        let err = KvCache::new(layout(usize::MAX / 1000))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("overflow") && err.contains("30 layers"),
+            "{err}"
+        );
+        let huge = KvLayout {
+            head_dim: usize::MAX / 2,
+            ..layout(1)
+        };
+        assert_eq!(huge.position_bytes(), usize::MAX, "saturates, never wraps");
     }
 }

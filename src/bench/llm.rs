@@ -146,7 +146,7 @@ pub fn run_test(
         on_rep();
     }
     let summary = Summary::of(&tok_s)
-        .ok_or_else(|| ModelError::Input(format!("{}: no finite timings", test.name())))?;
+        .ok_or_else(|| ModelError::Internal(format!("{}: no finite timings", test.name())))?;
     Ok(TestResult {
         test: test.name(),
         tokens: test.tokens(),
@@ -157,7 +157,7 @@ pub fn run_test(
 
 /// Seconds to prefill `prompt` into a fresh sequence.
 fn time_prompt(runner: &mut Runner, prompt: &[u32]) -> Result<f64, ModelError> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence()?;
     let start = Instant::now();
     runner.forward(&mut seq, prompt)?;
     Ok(start.elapsed().as_secs_f64())
@@ -165,7 +165,7 @@ fn time_prompt(runner: &mut Runner, prompt: &[u32]) -> Result<f64, ModelError> {
 
 /// Seconds for `steps` greedy decode steps after prefilling `prompt` (not timed).
 fn time_generation(runner: &mut Runner, prompt: &[u32], steps: usize) -> Result<f64, ModelError> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence()?;
     let mut token = argmax(&runner.forward(&mut seq, prompt)?)?;
     let start = Instant::now();
     for _ in 0..steps {
@@ -185,7 +185,7 @@ fn time_batch(
     let mut seqs = Vec::with_capacity(sequences);
     let mut next = Vec::with_capacity(sequences);
     for _ in 0..sequences {
-        let mut seq = runner.new_sequence();
+        let mut seq = runner.new_sequence()?;
         next.push([argmax(&runner.forward(&mut seq, prompt)?)?]);
         seqs.push(seq);
     }
@@ -211,7 +211,7 @@ pub fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(i, _)| i as u32)
-        .ok_or_else(|| ModelError::Input("the model returned no logits".into()))
+        .ok_or_else(|| ModelError::internal("the model returned no logits"))
 }
 
 #[cfg(test)]

@@ -154,7 +154,7 @@ impl Coexec {
         pressure: MemoryPressure,
     ) -> Result<(), ModelError> {
         let gate = Gate::new(names, 0, GateConfig::fusionml(pressure))
-            .map_err(|e| ModelError::Input(format!("co-execution gate: {e}")))?;
+            .map_err(|e| ModelError::Internal(format!("co-execution gate: {e}")))?;
         self.gates.insert(bucket, (arms, gate));
         Ok(())
     }
@@ -395,7 +395,7 @@ pub(super) fn calibrate_shape(
     let y = b.matmul(x, w).map_err(graph_error)?;
     let graph = b.finish(vec![y]).map_err(graph_error)?;
     let rule = rule(backends, key.pair())
-        .ok_or_else(|| ModelError::Input("co-execution pair is missing".into()))?;
+        .ok_or_else(|| ModelError::internal("co-execution pair is missing"))?;
     let policy = Policy {
         min_run: 0,
         ..Policy::default()

@@ -115,7 +115,7 @@ pub fn generate(
     options: &GenerateOptions,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation, ModelError> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence()?;
     generate_after(
         runner, &mut seq, tokenizer, sampler, prompt, options, on_text,
     )

@@ -110,7 +110,7 @@ impl Sequence {
     /// (a cached prompt prefix, or a chat's history); `len` at most [`Sequence::len`].
     pub fn fork(&mut self, len: usize) -> Result<Sequence, ModelError> {
         if len > self.len() {
-            return Err(ModelError::Input(format!(
+            return Err(ModelError::Internal(format!(
                 "cannot fork {len} positions of a sequence holding {}",
                 self.len()
             )));
@@ -130,7 +130,8 @@ impl Sequence {
 
     /// Bytes its KV cache holds when all `context` positions are written.
     pub fn kv_capacity_bytes(&self) -> usize {
-        self.context * self.kv.layout().position_bytes()
+        self.context
+            .saturating_mul(self.kv.layout().position_bytes())
     }
 }
 
@@ -271,12 +272,12 @@ impl Runner {
 
     /// A new, empty sequence. Its KV cache has room for the context plus one padded
     /// prefill chunk, so a padded tail never overflows it.
-    pub fn new_sequence(&self) -> Sequence {
-        Sequence {
-            kv: KvCache::new(self.kv_layout()),
+    pub fn new_sequence(&self) -> Result<Sequence, ModelError> {
+        Ok(Sequence {
+            kv: KvCache::new(self.kv_layout())?,
             tokens: Vec::new(),
             context: self.context,
-        }
+        })
     }
 
     /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
@@ -343,11 +344,11 @@ impl Runner {
             return Ok(vec![self.forward(one.seq, one.tokens)?]);
         }
         if work.is_empty() {
-            return Err(ModelError::Input("no sequences to evaluate".into()));
+            return Err(ModelError::internal("no sequences to evaluate"));
         }
         let total: usize = work.iter().map(|w| w.tokens.len()).sum();
         if total > MAX_STEP_TOKENS {
-            return Err(ModelError::Input(format!(
+            return Err(ModelError::Internal(format!(
                 "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
             )));
         }
@@ -441,9 +442,10 @@ impl Runner {
         if tokens.is_empty() {
             return Err(ModelError::Input("no tokens to evaluate".into()));
         }
-        if seq.len() + tokens.len() > seq.context {
+        let needed = seq.len().saturating_add(tokens.len());
+        if needed > seq.context {
             return Err(ModelError::ContextFull {
-                needed: seq.len() + tokens.len(),
+                needed,
                 context: seq.context,
             });
         }

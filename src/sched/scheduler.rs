@@ -240,7 +240,7 @@ impl<'t> Scheduler<'t> {
         let sampler = Sampler::new(request.sampler)?;
         let (seq, prefilled) = match self.prefixes.lookup(&request.prompt) {
             Some((seq, reused)) => (seq, reused),
-            None => (runner.new_sequence(), 0),
+            None => (runner.new_sequence()?, 0),
         };
         let decoding = Decoding::new(
             self.tokenizer,

@@ -157,7 +157,8 @@ fn attention_partition_decodes_with_cache_and_validates_inputs() {
         n_kv_heads: kv_heads,
         head_dim: dh,
         dtype: KvDType::F32,
-    });
+    })
+    .unwrap();
     let qt = Tensor::from_f32([1, heads * dh], &[0.1; 8]).unwrap();
     let v0 = Tensor::from_f32([1, dh], &[1.0, 2.0, 3.0, 4.0]).unwrap();
     let v1 = Tensor::from_f32([1, dh], &[-1.0, 0.0, 5.0, 2.0]).unwrap();

@@ -125,10 +125,10 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
     }
     let file_bytes = std::fs::metadata(&path)?.len();
     let gpu_arms = req.arms.iter().filter(|a| a.as_str() != "cpu").count() as u64;
-    let kv_bytes: u64 = runners
-        .iter()
-        .map(|(_, r)| r.new_sequence().kv_capacity_bytes() as u64)
-        .sum();
+    let mut kv_bytes = 0u64;
+    for (_, runner) in &runners {
+        kv_bytes += runner.new_sequence()?.kv_capacity_bytes() as u64;
+    }
     let working_set = file_bytes * (1 + gpu_arms) + kv_bytes;
     let gen_tokens = req.gen_tokens;
     let mut arms: Vec<Arm<'_, anyhow::Error>> = runners
@@ -178,7 +178,7 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
 /// One run of an arm: a fresh sequence, the prompt (time to first token, logits read
 /// back), then `gen_tokens` greedy decode steps.
 fn sample(runner: &mut Runner, prompt: &[u32], gen_tokens: usize) -> Result<Sample> {
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence()?;
     let started = Instant::now();
     let mut logits = runner.forward(&mut seq, prompt)?;
     let ttft = started.elapsed();

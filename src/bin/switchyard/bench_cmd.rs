@@ -214,7 +214,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut model_args = args.model.clone();
     model_args.ctx = model_args.ctx.max(needed);
     let (model, mut runner) = model_args.load()?;
-    let ctx = runner.new_sequence().context();
+    let ctx = runner.new_sequence()?.context();
     if ctx < needed {
         bail!(
             "--prompt-tokens/--gen-tokens: the largest test needs {needed} positions but the \
@@ -267,7 +267,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         model: ModelReport {
             path: model.path.display().to_string(),
             file_bytes: model_bytes(&model.path)?,
-            kv_bytes: runner.new_sequence().kv_capacity_bytes(),
+            kv_bytes: runner.new_sequence()?.kv_capacity_bytes(),
             kv_dtype: runner.kv_dtype(),
             ctx,
             n_layers: model.config.n_layers,

@@ -41,7 +41,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let mut sampler = args.sampling.sampler(model.config.vocab_size)?;
     let mut history = Vec::new();
     // The conversation's sequence and the tokens it holds.
-    let mut seq = runner.new_sequence();
+    let mut seq = runner.new_sequence()?;
     let mut held: Vec<u32> = Vec::new();
     if let Some(system) = &args.system {
         history.push(Message::new("system", system.as_str()));

@@ -125,7 +125,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
         n_kv_heads,
         head_dim,
         dtype: KvDType::F16,
-    });
+    })?;
     println!();
     println!("running the demo block: 4-token prefill, then 8 decode steps");
     let mut kv_len = 0;

@@ -515,7 +515,7 @@ mod tests {
             lcg(42, total * kw),
         );
         let want = naive(&q, &k, &v, total, None, None);
-        let mut cache = KvCache::new(layout(2, total, KvDType::F32));
+        let mut cache = KvCache::new(layout(2, total, KvDType::F32)).unwrap();
         let split = total - 3;
         let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; split * qw];
@@ -547,7 +547,7 @@ mod tests {
         let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
         let (q, k, v) = (lcg(20, 4 * qw), lcg(21, 4 * kw), lcg(22, 4 * kw));
         let want = naive(&q, &k, &v, 4, None, None);
-        let mut cache = KvCache::new(layout(2, 6, dtype));
+        let mut cache = KvCache::new(layout(2, 6, dtype)).unwrap();
         let mut out = vec![0.0; 3 * qw];
         let mut state = StepState::single(&mut cache, 0);
         attention(
@@ -604,7 +604,7 @@ mod tests {
             softcap: Some(cap as f32),
             ..P
         };
-        let mut cache = KvCache::new(layout(2, total, KvDType::F32));
+        let mut cache = KvCache::new(layout(2, total, KvDType::F32)).unwrap();
         let split = total - 4;
         let mut state = StepState::single(&mut cache, 0);
         let mut out = vec![0.0; total * qw];
@@ -656,7 +656,7 @@ mod tests {
                 lcg(seed + 1, total * kw),
                 lcg(seed + 2, total * kw),
             );
-            let (mut a, mut b) = (KvCache::new(layout), KvCache::new(layout));
+            let (mut a, mut b) = (KvCache::new(layout).unwrap(), KvCache::new(layout).unwrap());
             for cache in [&mut a, &mut b] {
                 if before > 0 {
                     let mut out = vec![0.0; before * qw];
@@ -717,7 +717,7 @@ mod tests {
     #[test]
     fn overlapping_segments_are_refused() {
         let layout = layout(1, 4, KvDType::F32);
-        let (mut a, mut b) = (KvCache::new(layout), KvCache::new(layout));
+        let (mut a, mut b) = (KvCache::new(layout).unwrap(), KvCache::new(layout).unwrap());
         let segments = vec![
             crate::backend::Segment {
                 rows: 0..2,
@@ -741,7 +741,7 @@ mod tests {
         let mut state = StepState::stateless();
         let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
         assert!(matches!(err, Err(BackendError::KvCache(_))));
-        let mut one_layer = KvCache::new(layout(1, 4, KvDType::F32));
+        let mut one_layer = KvCache::new(layout(1, 4, KvDType::F32)).unwrap();
         let mut state = StepState::single(&mut one_layer, 0);
         let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
         assert!(matches!(err, Err(BackendError::KvCache(_))));
