@@ -12,6 +12,7 @@ pub mod cache;
 pub mod coexec;
 pub mod exec;
 pub mod graph;
+pub mod harness;
 pub mod model;
 pub mod plan;
 pub mod sched;

@@ -4,6 +4,14 @@
 //! on, Python string/dict methods (`.strip()`, `.startswith()`, `.items()`) work,
 //! `raise_exception(msg)` aborts with `msg`, and `tojson` writes Python-style JSON
 //! (`", "` and `": "` separators, non-ASCII kept, optional `indent=`).
+//!
+//! A template is untrusted input (it comes with the model file), so rendering is
+//! bounded by limits rather than by the template's good manners: minijinja's fuel
+//! (every instruction and every 64 bytes of data a render creates cost one; the budget
+//! grows with the conversation, up to [`MAX_FUEL`]), a nesting limit for macro calls
+//! and includes ([`RECURSION_LIMIT`]), a cap on `tojson`'s `indent` and on the
+//! rendered prompt's length ([`MAX_RENDERED_BYTES`]). Each limit, when hit, is a
+//! [`TemplateError::Render`] naming it.
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Serde, Value};
@@ -14,6 +22,23 @@ use serde::{Deserialize, Serialize};
 const TEMPLATE_NAME: &str = "chat_template";
 /// The roles a message may have.
 const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// Fuel every render gets whatever the conversation (minijinja counts one per
+/// instruction and one per 64 bytes of data created).
+pub const BASE_FUEL: u64 = 1_000_000;
+/// Fuel added per message of the conversation.
+pub const FUEL_PER_MESSAGE: u64 = 500;
+/// Fuel added per 16 bytes of message content.
+pub const CONTENT_BYTES_PER_FUEL: u64 = 16;
+/// The most fuel one render gets, however long the conversation: bounds its time and
+/// the data it can create (about 64 bytes per fuel).
+pub const MAX_FUEL: u64 = 8_000_000;
+/// Deepest nesting of macro calls and includes (minijinja's own default is 500).
+pub const RECURSION_LIMIT: usize = 64;
+/// Widest `tojson(indent=...)`.
+pub const MAX_TOJSON_INDENT: usize = 64;
+/// Longest rendered prompt, in bytes: the conversation's own length plus this much.
+pub const MAX_RENDERED_BYTES: usize = 16 << 20;
 
 /// Errors from compiling or rendering a chat template.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +101,12 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     kwargs.assert_all_used()?;
+    if indent.is_some_and(|n| n > MAX_TOJSON_INDENT) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson indent is limited to {MAX_TOJSON_INDENT}"),
+        ));
+    }
     let mut out = Vec::new();
     let result = match indent {
         Some(n) => {
@@ -137,6 +168,7 @@ impl ChatTemplate {
             .build()
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         env.set_syntax(syntax);
+        env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
@@ -159,8 +191,13 @@ impl ChatTemplate {
         if let Some(bad) = messages.iter().find(|m| !ROLES.contains(&m.role.as_str())) {
             return Err(TemplateError::UnknownRole(bad.role.clone()));
         }
-        let template = self
-            .env
+        let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+        let fuel = fuel_for(messages.len(), content_bytes);
+        // Fuel is a setting of the environment; a render gets its own copy, so that
+        // renders on several threads each get their own budget.
+        let mut env = self.env.clone();
+        env.set_fuel(Some(fuel));
+        let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = minijinja::context! {
@@ -169,9 +206,58 @@ impl ChatTemplate {
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
         };
-        template
-            .render(ctx)
-            .map_err(|e| TemplateError::Render(describe(&e)))
+        let limit = MAX_RENDERED_BYTES.saturating_add(content_bytes);
+        let mut out = Bounded {
+            bytes: Vec::new(),
+            limit,
+        };
+        template.render_captured_to(ctx, &mut out).map_err(|e| {
+            TemplateError::Render(match e.kind() {
+                ErrorKind::OutOfFuel => format!(
+                    "{} (the limit is {fuel} fuel for {} messages of {content_bytes} bytes; \
+                     see chat_template::MAX_FUEL)",
+                    describe(&e),
+                    messages.len()
+                ),
+                _ if out.bytes.len() >= limit => format!(
+                    "the rendered prompt exceeds {limit} bytes (the conversation plus \
+                     {MAX_RENDERED_BYTES})"
+                ),
+                _ => describe(&e),
+            })
+        })?;
+        String::from_utf8(out.bytes).map_err(|e| TemplateError::Render(e.to_string()))
+    }
+}
+
+/// The fuel a render of `messages` messages holding `content_bytes` bytes gets.
+fn fuel_for(messages: usize, content_bytes: usize) -> u64 {
+    let per_message = (messages as u64).saturating_mul(FUEL_PER_MESSAGE);
+    let per_byte = content_bytes as u64 / CONTENT_BYTES_PER_FUEL;
+    BASE_FUEL
+        .saturating_add(per_message)
+        .saturating_add(per_byte)
+        .min(MAX_FUEL)
+}
+
+/// A writer that refuses to grow past `limit` bytes.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.limit {
+            self.bytes.resize(self.limit, 0);
+            return Err(std::io::Error::other("rendered prompt too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -248,5 +334,61 @@ mod tests {
         assert!(err.to_string().contains("\"tool\""), "{err}");
         let err = ChatTemplate::new("{% for %}", "", "").unwrap_err();
         assert!(matches!(err, TemplateError::Syntax(_)), "{err}");
+    }
+
+    /// Real templates render long conversations well inside the limits.
+    #[test]
+    fn real_templates_pass_the_limits() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut sources = vec![CHATML.to_string()];
+        for dir in ["llama2", "llama3", "plain"] {
+            let path = format!("{root}/tests/data/special_tokens/{dir}/tokenizer_config.json");
+            let config: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            sources.push(config["chat_template"].as_str().unwrap().to_string());
+        }
+        // 2,000 turns, and one turn of 1 MiB (the server's default body limit).
+        let long: Vec<Message> = (0..2000)
+            .map(|i| match i % 2 {
+                0 => Message::new("user", format!("question {i} with some words")),
+                _ => Message::new("assistant", format!("answer {i} with some more words")),
+            })
+            .collect();
+        let big = [Message::new("user", "x".repeat(1 << 20))];
+        for source in &sources {
+            let t = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+            for msgs in [&long[..], &big[..]] {
+                t.render(msgs, true)
+                    .unwrap_or_else(|e| panic!("{source}: {e}"));
+            }
+        }
+    }
+
+    /// Hostile templates stop at a limit with an error naming it, quickly.
+    #[test]
+    fn hostile_templates_hit_limits_not_luck() {
+        let msgs = [Message::new("user", "hi")];
+        let cases = [
+            (
+                "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+                "fuel",
+            ),
+            (
+                "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+                "recursion",
+            ),
+            (
+                "{% set s = 'x' * 100000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+                "exceeds",
+            ),
+            ("{{ messages | tojson(indent=1000000000) }}", "indent"),
+        ];
+        for (source, want) in cases {
+            let t = ChatTemplate::new(source, "", "").unwrap();
+            let started = std::time::Instant::now();
+            let err = t.render(&msgs, false).unwrap_err().to_string();
+            assert!(err.contains(want), "{source}: {err}");
+            assert!(started.elapsed().as_secs() < 5, "{source}");
+        }
     }
 }

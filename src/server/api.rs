@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields;
-use super::reply::Kind;
+pub(crate) use super::reply::Kind;
 use crate::model::chat_template::Message;
 
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.

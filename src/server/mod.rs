@@ -6,7 +6,7 @@
 //! dropped response cancels its job. Errors are OpenAI-shaped (`error.rs`), and
 //! `/metrics` is written by hand in Prometheus' text format (`metrics.rs`).
 
-mod api;
+pub(crate) mod api;
 mod engine;
 mod error;
 mod fields;

@@ -127,6 +127,45 @@ fn backend(e: tokenizers::Error) -> TokenizerError {
     TokenizerError::Backend(e.to_string())
 }
 
+/// Parses a `tokenizer.json` with the `tokenizers` crate, which panics (`expect`) on
+/// some malformed input: text that is not JSON inside a decoder, a `Precompiled`
+/// normalizer whose fields do not parse. Both are checked first, so they get an error
+/// naming the problem; any other panic inside the crate is caught and reported too.
+fn parse_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("not valid JSON: {e}"))?;
+    check_precompiled(&value)?;
+    let parsed = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>());
+    match parsed {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(panic) => Err(format!(
+            "the tokenizers library failed on it: {}",
+            panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic")
+        )),
+    }
+}
+
+/// Every `{"type": "Precompiled", ...}` object in the file must parse as one.
+fn check_precompiled(value: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("Precompiled") {
+                serde_json::from_value::<tokenizers::normalizers::Precompiled>(value.clone())
+                    .map_err(|e| format!("Precompiled normalizer: {e}"))?;
+            }
+            map.values().try_for_each(check_precompiled)
+        }
+        Value::Array(items) => items.iter().try_for_each(check_precompiled),
+        _ => Ok(()),
+    }
+}
+
 /// A text tokenizer with llama.cpp-compatible special-token handling.
 pub struct Tokenizer {
     /// The one vocabulary; whether control tokens written in the input become their ids
@@ -191,8 +230,7 @@ impl Tokenizer {
             path: p.display().to_string(),
             message,
         };
-        let mut special =
-            tokenizers::Tokenizer::from_file(path).map_err(|e| load_err(path, e.to_string()))?;
+        let mut special = parse_tokenizer_json(path).map_err(|m| load_err(path, m))?;
         special
             .with_truncation(None)
             .map_err(|e| load_err(path, e.to_string()))?;
