@@ -150,7 +150,9 @@ fn step_once(model: Model) {
         backends,
         GGUF_CONTEXT,
     );
-    let mut seq = runner.new_sequence();
+    let Ok(mut seq) = runner.new_sequence() else {
+        return;
+    };
     let Ok(logits) = runner.forward(&mut seq, &prompt) else {
         return;
     };
