@@ -133,7 +133,7 @@ fn gguf_seeds_are_current_and_load() {
         let backends = BackendSet::new(vec![cpu]).unwrap();
         let vocab = model.config.vocab_size;
         let mut runner = Runner::new(model.config, model.weights, 1, backends, 64);
-        let mut seq = runner.new_sequence();
+        let mut seq = runner.new_sequence().unwrap();
         let logits = runner.forward(&mut seq, &prompt).unwrap();
         assert_eq!(logits.len(), vocab);
         let logits = runner.forward(&mut seq, &[prompt[0]]).unwrap();
