@@ -14,7 +14,7 @@
 //! [`TemplateError::Render`] naming it.
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Serde, Value};
+use minijinja::value::{Kwargs, Serde, Value, ValueKind, ValueOrKwargs};
 use minijinja::{Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
 
@@ -171,6 +171,7 @@ impl ChatTemplate {
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("namespace", tracked_namespace);
         env.add_filter("tojson", tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
@@ -211,7 +212,8 @@ impl ChatTemplate {
             bytes: Vec::new(),
             limit,
         };
-        template.render_captured_to(ctx, &mut out).map_err(|e| {
+        let rendered = render_breaking_cycles(&env, || template.render_captured_to(ctx, &mut out));
+        rendered.map_err(|e| {
             TemplateError::Render(match e.kind() {
                 ErrorKind::OutOfFuel => format!(
                     "{} (the limit is {fuel} fuel for {} messages of {content_bytes} bytes; \
@@ -228,6 +230,77 @@ impl ChatTemplate {
         })?;
         String::from_utf8(out.bytes).map_err(|e| TemplateError::Render(e.to_string()))
     }
+}
+
+thread_local! {
+    /// The namespaces created by the render running on this thread.
+    static NAMESPACES: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `namespace(...)`, minijinja's own, remembered so that the render's end can clear it.
+fn tracked_namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, Error> {
+    let ns = minijinja::functions::namespace(defaults)?;
+    NAMESPACES.with(|list| list.borrow_mut().push(ns.clone()));
+    Ok(ns)
+}
+
+/// Runs `render` and then empties every namespace it created.
+///
+/// A namespace is the one mutable value of a template, so it is the one way to build a
+/// reference cycle (`{% set ns.me = ns %}`, found by fuzzing), which reference counting
+/// never frees: every render of such a template would leak. Each cycle passes through an
+/// attribute set by `{% set ns.name = ... %}` (a namespace's other entries exist before it
+/// does), and such names are identifiers, so setting every identifier-named entry that
+/// holds a container to `none` breaks them all.
+fn render_breaking_cycles<T>(
+    env: &Environment<'_>,
+    render: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, Error> {
+    let outer = NAMESPACES.with(|list| list.take());
+    let result = render();
+    let created = NAMESPACES.with(|list| list.replace(outer));
+    let mut source = String::new();
+    let mut ctx = std::collections::BTreeMap::new();
+    for (i, ns) in created.into_iter().enumerate() {
+        let Ok(keys) = ns.try_iter() else { continue };
+        for key in keys {
+            let Some(name) = key.as_str().filter(|k| is_identifier(k)) else {
+                continue;
+            };
+            let holds_container = ns.get_attr(name).is_ok_and(|v| {
+                !matches!(
+                    v.kind(),
+                    ValueKind::Undefined
+                        | ValueKind::None
+                        | ValueKind::Bool
+                        | ValueKind::Number
+                        | ValueKind::String
+                        | ValueKind::Bytes
+                )
+            });
+            if holds_container {
+                source.push_str(&format!("{{% set ns{i}.{name} = none %}}"));
+            }
+        }
+        ctx.insert(format!("ns{i}"), ns);
+    }
+    if !source.is_empty() {
+        let mut cleanup = env.clone();
+        cleanup.set_fuel(None);
+        // Every statement names an entry that exists in a namespace, so this cannot fail;
+        // were it to, the cost is the leak this guards against, not a wrong prompt.
+        let _ = cleanup.render_str(&source, ctx);
+    }
+    result
+}
+
+/// Whether `name` can follow `ns.` in a `{% set %}`.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The fuel a render of `messages` messages holding `content_bytes` bytes gets.
@@ -264,6 +337,52 @@ impl std::io::Write for Bounded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// Marks its flag when dropped, to see whether a render's values are freed.
+    #[derive(Debug)]
+    struct DropProbe(Arc<AtomicBool>);
+
+    impl Drop for DropProbe {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl minijinja::value::Object for DropProbe {}
+
+    /// Renders `src` with a `probe` in its context; whether the probe was freed after.
+    fn probe_freed(src: &str, break_cycles: bool) -> bool {
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let ctx = minijinja::context! {
+            probe => Value::from_object(DropProbe(dropped.clone())),
+        };
+        let template = t.env.get_template(TEMPLATE_NAME).unwrap();
+        let out = if break_cycles {
+            render_breaking_cycles(&t.env, || template.render(ctx))
+        } else {
+            template.render(ctx)
+        };
+        assert_eq!(out.unwrap(), "ok");
+        drop(t);
+        dropped.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn namespace_cycles_are_freed_after_a_render() {
+        let cycles = [
+            "{% set ns = namespace(p=probe) %}{% set ns.me = ns %}ok",
+            "{% set a = namespace() %}{% set b = namespace(a=a, p=probe) %}{% set a.b = [b] %}ok",
+            "{% set ns = namespace(d={'p': probe}) %}{% set ns.true = {'x': ns} %}ok",
+        ];
+        for src in cycles {
+            assert!(!probe_freed(src, false), "not a cycle: {src}");
+            assert!(probe_freed(src, true), "leaked: {src}");
+        }
+        assert!(probe_freed("{% set ns = namespace(p=probe) %}ok", true));
+    }
 
     const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
