@@ -93,6 +93,7 @@ pub(crate) fn attention(
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
     let wide = wide_vectors_available();
+    let widest = widest_vectors_available();
     // One task per (block of a sequence's tokens, kv head): every query row of the
     // block's tokens whose head shares that kv head is scored together, so each key and
     // value row is loaded (and converted from f16) once for up to `TOKEN_BLOCK · group`
@@ -130,7 +131,10 @@ pub(crate) fn attention(
                     softcap: p.softcap,
                 };
                 let mut local = vec![0.0; tokens * group * dh];
-                if wide {
+                if widest && task.fits_registers() {
+                    // SAFETY: `widest_vectors_available` checked for AVX-512 F, F16C and FMA.
+                    unsafe { task.run_avx512(scratch, &mut local) }
+                } else if wide {
                     // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
                     unsafe { task.run_avx2(scratch, &mut local) }
                 } else {
@@ -170,6 +174,19 @@ fn wide_vectors_available() -> bool {
     }
 }
 
+/// Whether the AVX-512 build of the inner loops can run here (checked once).
+fn widest_vectors_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVAILABLE.get_or_init(|| wide_vectors_available() && is_x86_feature_detected!("avx512f"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// One layer's cached keys or values, borrowed in their storage type.
 #[derive(Clone, Copy)]
 enum Rows<'a> {
@@ -198,6 +215,33 @@ impl<'a> Rows<'a> {
             Rows::F16(b, width) => {
                 widen::<WIDE>(&b[block][within * width + off..][..buf.len()], buf);
                 buf
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Rows<'_> {
+    /// `16·D` values of position `pos` from offset `off` as f32, in `D` registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and F16C.
+    #[inline(always)]
+    unsafe fn load<const D: usize>(self, pos: usize, off: usize) -> [std::arch::x86_64::__m512; D] {
+        use std::arch::x86_64::{_mm256_loadu_si256, _mm512_cvtph_ps, _mm512_loadu_ps};
+        let (block, within) = (pos / KV_BLOCK, pos % KV_BLOCK);
+        match self {
+            Rows::F32(b, width) => {
+                let row = &b[block][within * width + off..][..16 * D];
+                // SAFETY: each load reads 16 of `row`'s `16·D` values.
+                std::array::from_fn(|d| unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * d)) })
+            }
+            Rows::F16(b, width) => {
+                let row = &b[block][within * width + off..][..16 * D];
+                // SAFETY: as above, 16 halves (32 bytes) per load.
+                std::array::from_fn(|d| unsafe {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(row.as_ptr().add(16 * d).cast()))
+                })
             }
         }
     }
@@ -278,6 +322,118 @@ impl GroupTask<'_> {
         self.run::<true>(scratch, out)
     }
 
+    /// Whether [`GroupTask::run_avx512`] takes this head size (it keeps rows in registers).
+    fn fits_registers(&self) -> bool {
+        matches!(self.head_dim, 64 | 128)
+    }
+
+    /// The loops with query and output rows held in AVX-512 registers: `16 / D` rows at a
+    /// time, each key or value converted once per position and used for all of them,
+    /// no row round-tripping through memory per position. Same results as [`Self::run`]
+    /// but for the order of each dot product's sum.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, F16C and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn run_avx512(&self, scratch: &mut Scratch, out: &mut [f32]) {
+        match self.head_dim {
+            64 => self.run_in_registers::<4, 4>(scratch, out),
+            128 => self.run_in_registers::<8, 2>(scratch, out),
+            _ => self.run::<true>(scratch, out),
+        }
+    }
+
+    /// [`Self::run_avx512`] for head size `16·D`, `R` rows per pass.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn run_in_registers<const D: usize, const R: usize>(
+        &self,
+        scratch: &mut Scratch,
+        out: &mut [f32],
+    ) {
+        use std::arch::x86_64::*;
+        let dh = self.head_dim;
+        let rows = out.len() / dh;
+        let tokens = rows / self.group;
+        let seen_max = self.first_seen + tokens - 1;
+        let first_row = |j: usize| (j + 1).saturating_sub(self.first_seen) * self.group;
+        let scores = &mut scratch.scores;
+        scores.clear();
+        scores.resize(rows * seen_max, 0.0);
+        for r0 in (0..rows).step_by(R) {
+            let live = |r: usize| r0 + r < rows;
+            // SAFETY: every query row holds `dh = 16·D` values.
+            let q: [[__m512; D]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|d| unsafe {
+                    if live(r) {
+                        _mm512_loadu_ps(self.query(r0 + r)[16 * d..].as_ptr())
+                    } else {
+                        _mm512_setzero_ps()
+                    }
+                })
+            });
+            for j in 0..seen_max {
+                let key = self.keys.load::<D>(j, self.kv_off);
+                let first = first_row(j);
+                for (r, q) in q.iter().enumerate() {
+                    let row = r0 + r;
+                    if live(r) && row >= first {
+                        let mut s = _mm512_mul_ps(q[0], key[0]);
+                        for d in 1..D {
+                            s = _mm512_fmadd_ps(q[d], key[d], s);
+                        }
+                        scores[row * seen_max + j] = self.scale * _mm512_reduce_add_ps(s);
+                    }
+                }
+            }
+        }
+        self.normalise(scores, seen_max);
+        for r0 in (0..rows).step_by(R) {
+            let live = |r: usize| r0 + r < rows;
+            let mut acc = [[_mm512_setzero_ps(); D]; R];
+            for j in 0..seen_max {
+                let value = self.values.load::<D>(j, self.kv_off);
+                let first = first_row(j);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let row = r0 + r;
+                    if live(r) && row >= first {
+                        let p = _mm512_set1_ps(scores[row * seen_max + j]);
+                        for d in 0..D {
+                            acc[d] = _mm512_fmadd_ps(p, value[d], acc[d]);
+                        }
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                if live(r) {
+                    let dst = &mut out[(r0 + r) * dh..][..dh];
+                    for d in 0..D {
+                        _mm512_storeu_ps(dst[16 * d..].as_mut_ptr(), acc[d]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turns each row of raw `scores` (`seen_max` wide) into probabilities over the
+    /// positions its token sees: window, soft-capping, softmax.
+    #[inline(always)]
+    fn normalise(&self, scores: &mut [f32], seen_max: usize) {
+        for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
+            let seen = self.first_seen + r / self.group;
+            // Positions before the window get probability exactly zero.
+            let first = self.window.map_or(0, |w| seen.saturating_sub(w));
+            probs[..first].fill(f32::NEG_INFINITY);
+            if let Some(cap) = self.softcap {
+                probs[first..seen]
+                    .iter_mut()
+                    .for_each(|s| *s = cap * (*s / cap).tanh());
+            }
+            softmax_in_place(&mut probs[..seen]);
+        }
+    }
+
     /// Query row `r` (token `r / group`, head `r % group` of the group).
     #[inline(always)]
     fn query(&self, r: usize) -> &[f32] {
@@ -304,18 +460,7 @@ impl GroupTask<'_> {
                 scores[r * seen_max + j] = self.scale * dot::<FMA>(self.query(r), key);
             }
         }
-        for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
-            let seen = self.first_seen + r / self.group;
-            // Positions before the window get probability exactly zero.
-            let first = self.window.map_or(0, |w| seen.saturating_sub(w));
-            probs[..first].fill(f32::NEG_INFINITY);
-            if let Some(cap) = self.softcap {
-                probs[first..seen]
-                    .iter_mut()
-                    .for_each(|s| *s = cap * (*s / cap).tanh());
-            }
-            softmax_in_place(&mut probs[..seen]);
-        }
+        self.normalise(scores, seen_max);
         out.fill(0.0);
         for j in 0..seen_max {
             let value = self.values.get::<FMA>(j, self.kv_off, row);
@@ -448,55 +593,76 @@ mod tests {
 
     #[test]
     fn vectorised_and_portable_loops_agree() {
-        let dh = 13;
-        let (queries, keys, values) = (lcg(30, 3 * dh), lcg(31, 9 * 2 * dh), lcg(32, 9 * 2 * dh));
-        // One block each, the positions past the ninth never read.
-        let block = |v: &[f32]| {
-            let mut b = v.to_vec();
-            b.resize(KV_BLOCK * 2 * dh, f32::NAN);
-            vec![Arc::new(b)]
-        };
-        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
-            b.iter()
-                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
-                .collect()
-        };
-        let (keys32, values32) = (block(&keys), block(&values));
-        let (keys16, values16) = (half(&keys32), half(&values32));
-        let scratch = || Scratch {
-            scores: Vec::new(),
-            row: Vec::new(),
-        };
-        let mut by_storage = Vec::new();
-        for (k, v) in [
-            (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
-            (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
+        // Head sizes the register-resident AVX-512 loops take (64, 128) and one they
+        // leave to the AVX2 loops (13); one token (decode) and blocks of several, with
+        // and without a sliding window.
+        for (dh, tokens, window) in [
+            (13, 1, None),
+            (64, 1, None),
+            (64, 5, None),
+            (64, 6, Some(4)),
+            (128, 3, None),
         ] {
-            let task = GroupTask {
-                queries: &queries,
-                q_width: 3 * dh,
-                head_off: 0,
-                group: 3,
-                keys: k,
-                values: v,
-                kv_off: dh,
-                first_seen: 9,
-                head_dim: dh,
-                scale: 0.3,
-                window: None,
-                softcap: None,
+            let positions = 9 + tokens - 1;
+            let (queries, keys, values) = (
+                lcg(30, tokens * 3 * dh),
+                lcg(31, positions * 2 * dh),
+                lcg(32, positions * 2 * dh),
+            );
+            // One block each, the positions past the last never read.
+            let block = |v: &[f32]| {
+                let mut b = v.to_vec();
+                b.resize(KV_BLOCK * 2 * dh, f32::NAN);
+                vec![Arc::new(b)]
             };
-            let mut portable = vec![0.0; 3 * dh];
-            task.run::<false>(&mut scratch(), &mut portable);
-            if wide_vectors_available() {
-                let mut wide = vec![0.0; 3 * dh];
-                // SAFETY: checked just above.
-                unsafe { task.run_avx2(&mut scratch(), &mut wide) };
-                assert_close(&wide, &portable, 1e-6);
+            let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
+                b.iter()
+                    .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
+                    .collect()
+            };
+            let (keys32, values32) = (block(&keys), block(&values));
+            let (keys16, values16) = (half(&keys32), half(&values32));
+            let scratch = || Scratch {
+                scores: Vec::new(),
+                row: Vec::new(),
+            };
+            let mut by_storage = Vec::new();
+            for (k, v) in [
+                (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
+                (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
+            ] {
+                let task = GroupTask {
+                    queries: &queries,
+                    q_width: 3 * dh,
+                    head_off: 0,
+                    group: 3,
+                    keys: k,
+                    values: v,
+                    kv_off: dh,
+                    first_seen: 9,
+                    head_dim: dh,
+                    scale: 0.3,
+                    window,
+                    softcap: None,
+                };
+                let mut portable = vec![0.0; tokens * 3 * dh];
+                task.run::<false>(&mut scratch(), &mut portable);
+                if wide_vectors_available() {
+                    let mut wide = vec![0.0; portable.len()];
+                    // SAFETY: checked just above.
+                    unsafe { task.run_avx2(&mut scratch(), &mut wide) };
+                    assert_close(&wide, &portable, 1e-6);
+                }
+                if widest_vectors_available() {
+                    let mut widest = vec![0.0; portable.len()];
+                    // SAFETY: checked just above.
+                    unsafe { task.run_avx512(&mut scratch(), &mut widest) };
+                    assert_close(&widest, &portable, 1e-5);
+                }
+                by_storage.push(portable);
             }
-            by_storage.push(portable);
+            assert_close(&by_storage[1], &by_storage[0], 3e-3);
         }
-        assert_close(&by_storage[1], &by_storage[0], 3e-3);
     }
 
     #[test]

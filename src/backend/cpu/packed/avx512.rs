@@ -27,64 +27,101 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
     unsafe {
-        match rows {
-            1 => rows_of::<1>(w, x, sums, out),
-            2 => rows_of::<2>(w, x, sums, out),
-            3 => rows_of::<3>(w, x, sums, out),
-            4 => rows_of::<4>(w, x, sums, out),
-            5 => rows_of::<5>(w, x, sums, out),
-            6 => rows_of::<6>(w, x, sums, out),
-            7 => rows_of::<7>(w, x, sums, out),
-            8 => rows_of::<8>(w, x, sums, out),
-            _ => {}
+        match w.kind {
+            PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, rows, out),
+            PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
+            PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
         }
     }
 }
 
-/// `G` activation rows against the panel, accumulators in registers.
+/// [`rows_of`]'s `K` for each [`PackedKind`]: a const, so that each kind's loop holds
+/// only its own steps.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
+///
+/// # Safety
+/// As [`rows_of`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,avx2")]
+unsafe fn by_rows<const K: u8>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i32],
+    rows: usize,
+    out: &mut [f32],
+) {
+    match rows {
+        1 => rows_of::<1, K>(w, x, sums, out),
+        2 => rows_of::<2, K>(w, x, sums, out),
+        3 => rows_of::<3, K>(w, x, sums, out),
+        4 => rows_of::<4, K>(w, x, sums, out),
+        5 => rows_of::<5, K>(w, x, sums, out),
+        6 => rows_of::<6, K>(w, x, sums, out),
+        7 => rows_of::<7, K>(w, x, sums, out),
+        8 => rows_of::<8, K>(w, x, sums, out),
+        _ => {}
+    }
+}
+
+/// `G` activation rows against the panel, accumulators in registers. The eight
+/// `vpdpbusd` of a row form two chains of four (the integer sum is exact in any order),
+/// so that one row's latency overlaps the next row's work.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL, VNNI and F16C; the slices must be as [`panel`]
-/// asserts.
+/// asserts; `K` must be `w.kind`'s constant.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,avx2")]
-unsafe fn rows_of<const G: usize>(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], out: &mut [f32]) {
+unsafe fn rows_of<const G: usize, const K: u8>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i32],
+    out: &mut [f32],
+) {
     let nb = w.nb;
     let mut acc = [_mm512_setzero_ps(); G];
     let low = _mm512_set1_epi8(0x0F);
     let offset = w.kind.int_offset();
+    let (xp, sp) = (x.as_ptr(), sums.as_ptr());
     for b in 0..nb {
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
-        let groups: [__m512i; 8] = match w.kind {
-            PackedKind::Q8_0 => std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast())),
-            _ => {
-                let raw: [__m512i; 4] =
-                    std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()));
-                std::array::from_fn(|g| match g {
-                    0..4 => _mm512_and_si512(raw[g], low),
-                    _ => _mm512_and_si512(_mm512_srli_epi16::<4>(raw[g - 4]), low),
-                })
-            }
+        let groups: [__m512i; 8] = if K == Q8_0 {
+            std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()))
+        } else {
+            let raw: [__m512i; 4] =
+                std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()));
+            std::array::from_fn(|g| match g {
+                0..4 => _mm512_and_si512(raw[g], low),
+                _ => _mm512_and_si512(_mm512_srli_epi16::<4>(raw[g - 4]), low),
+            })
         };
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(b * PANEL).cast()));
-        let mw = match w.kind {
-            PackedKind::Q4_1 => {
-                _mm512_cvtph_ps(_mm256_loadu_si256(w.m.as_ptr().add(b * PANEL).cast()))
-            }
-            _ => _mm512_setzero_ps(),
+        let mw = if K == Q4_1 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(w.m.as_ptr().add(b * PANEL).cast()))
+        } else {
+            _mm512_setzero_ps()
         };
         for (i, acc) in acc.iter_mut().enumerate() {
-            let xb = &x[i * nb + b];
-            let q: [i32; 8] = bytemuck::cast(xb.qs);
+            let xb = &*xp.add(i * nb + b);
             // Groups 0..4 are elements 4g.., 4..8 are 16 + 4(g − 4).. (high nibbles),
             // which is where the activation bytes of group g sit for every kind.
-            let mut dot = _mm512_setzero_si512();
-            for (g, &wg) in groups.iter().enumerate() {
-                dot = _mm512_dpbusd_epi32(dot, wg, _mm512_set1_epi32(q[g]));
+            let q = xb.qs.as_ptr().cast::<i32>();
+            let bcast = |g: usize| _mm512_set1_epi32(q.add(g).read_unaligned());
+            let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
+            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[1], bcast(1));
+            for g in (2..8).step_by(2) {
+                even = _mm512_dpbusd_epi32(even, groups[g], bcast(g));
+                odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
             }
-            dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * sums[i * nb + b]));
+            let mut dot = _mm512_add_epi32(even, odd);
+            if K != Q4_1 {
+                dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
+            }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
-            if w.kind == PackedKind::Q4_1 {
+            if K == Q4_1 {
                 *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
             }
         }
