@@ -388,7 +388,7 @@ impl GroupTask<'_> {
                 }
             }
         }
-        self.normalise(scores, seen_max);
+        self.normalise::<true>(scores, seen_max);
         for r0 in (0..rows).step_by(R) {
             let live = |r: usize| r0 + r < rows;
             let mut acc = [[_mm512_setzero_ps(); D]; R];
@@ -417,9 +417,10 @@ impl GroupTask<'_> {
     }
 
     /// Turns each row of raw `scores` (`seen_max` wide) into probabilities over the
-    /// positions its token sees: window, soft-capping, softmax.
+    /// positions its token sees: window, soft-capping, softmax (with AVX-512's
+    /// [`softmax_avx512`] when `WIDEST`, only inside [`Self::run_avx512`]).
     #[inline(always)]
-    fn normalise(&self, scores: &mut [f32], seen_max: usize) {
+    fn normalise<const WIDEST: bool>(&self, scores: &mut [f32], seen_max: usize) {
         for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
             let seen = self.first_seen + r / self.group;
             // Positions before the window get probability exactly zero.
@@ -429,6 +430,12 @@ impl GroupTask<'_> {
                 probs[first..seen]
                     .iter_mut()
                     .for_each(|s| *s = cap * (*s / cap).tanh());
+            }
+            #[cfg(target_arch = "x86_64")]
+            if WIDEST {
+                // SAFETY: `WIDEST` is set only by `run_avx512`, whose CPU has AVX-512 F.
+                unsafe { softmax_avx512(&mut probs[..seen]) };
+                continue;
             }
             softmax_in_place(&mut probs[..seen]);
         }
@@ -460,7 +467,7 @@ impl GroupTask<'_> {
                 scores[r * seen_max + j] = self.scale * dot::<FMA>(self.query(r), key);
             }
         }
-        self.normalise(scores, seen_max);
+        self.normalise::<false>(scores, seen_max);
         out.fill(0.0);
         for j in 0..seen_max {
             let value = self.values.get::<FMA>(j, self.kv_off, row);
@@ -507,6 +514,78 @@ fn axpy<const FMA: bool>(alpha: f32, x: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = madd::<FMA>(alpha, v, *o);
     }
+}
+
+/// [`softmax_in_place`] sixteen lanes at a time, with [`exp_avx512`] for `exp`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn softmax_avx512(row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    let ptr = row.as_mut_ptr();
+    let mask = |i: usize| -> __mmask16 {
+        let left = n - i;
+        if left >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut max = neg_inf;
+    for i in (0..n).step_by(16) {
+        // SAFETY: the mask keeps every lane within `row`.
+        max = _mm512_max_ps(max, _mm512_mask_loadu_ps(neg_inf, mask(i), ptr.add(i)));
+    }
+    let max = _mm512_set1_ps(_mm512_reduce_max_ps(max));
+    let mut sum = _mm512_setzero_ps();
+    for i in (0..n).step_by(16) {
+        let m = mask(i);
+        let e = exp_avx512(_mm512_sub_ps(
+            _mm512_mask_loadu_ps(neg_inf, m, ptr.add(i)),
+            max,
+        ));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_mask_storeu_ps(ptr.add(i), m, e);
+    }
+    let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+    for i in (0..n).step_by(16) {
+        let m = mask(i);
+        _mm512_mask_storeu_ps(
+            ptr.add(i),
+            m,
+            _mm512_mul_ps(_mm512_maskz_loadu_ps(m, ptr.add(i)), inv),
+        );
+    }
+}
+
+/// `exp(x)` for `x ≤ 0` (a score minus its row's maximum), relative error below 2e-7:
+/// `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 polynomial for `exp(r)`, scaled by
+/// `2^n`; anything below −87 (−∞ included: masked positions) is exactly 0.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_maskz_mov_ps(!tiny, _mm512_scalef_ps(p, n))
 }
 
 /// Softmax of `row` in place, max-subtracted for stability.
@@ -662,6 +741,62 @@ mod tests {
                 by_storage.push(portable);
             }
             assert_close(&by_storage[1], &by_storage[0], 3e-3);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_exp_and_softmax_match_f64() {
+        if !widest_vectors_available() {
+            return;
+        }
+        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+        let mut xs: Vec<f32> = (0..4096).map(|i| -87.0 * i as f32 / 4095.0).collect();
+        xs.extend([
+            0.0,
+            -1e-30,
+            -0.5,
+            -86.999,
+            -87.5,
+            -100.0,
+            f32::NEG_INFINITY,
+            -1e30,
+        ]);
+        xs.resize(xs.len().next_multiple_of(16), 0.0);
+        for chunk in xs.chunks(16) {
+            let mut got = [0f32; 16];
+            // SAFETY: checked above; 16 lanes in and out.
+            unsafe {
+                _mm512_storeu_ps(
+                    got.as_mut_ptr(),
+                    exp_avx512(_mm512_loadu_ps(chunk.as_ptr())),
+                )
+            };
+            for (&x, &e) in chunk.iter().zip(&got) {
+                if x < -87.0 {
+                    assert_eq!(e, 0.0, "exp({x})");
+                } else {
+                    let want = (x as f64).exp();
+                    assert!(
+                        ((e as f64 - want) / want).abs() < 3e-7,
+                        "exp({x}) = {e}, not {want}"
+                    );
+                }
+            }
+        }
+        for n in [2, 7, 16, 17, 40] {
+            let row: Vec<f32> = lcg(n as u64, n).iter().map(|v| 8.0 * v).collect();
+            let mut want = row.clone();
+            softmax_in_place(&mut want);
+            let mut got = row.clone();
+            got[0] = f32::NEG_INFINITY;
+            want[0] = 0.0;
+            let rest: f32 = want.iter().sum();
+            want.iter_mut().for_each(|w| *w /= rest);
+            // SAFETY: checked above.
+            unsafe { softmax_avx512(&mut got) };
+            assert_eq!(got[0], 0.0);
+            assert_close(&got, &want, 1e-6);
         }
     }
 

@@ -94,10 +94,16 @@ pub(crate) fn rope_table(
     let rotate = |(t, (o, xs)): (usize, (&mut [f32], &[f32]))| {
         o.copy_from_slice(xs);
         let pos = positions[t] as f32 * freq_scale;
-        for head in o.chunks_mut(head_dim) {
-            for (i, &f) in inv_freq.iter().enumerate() {
+        // One sine and cosine per pair for the token, shared by all its heads.
+        let angles: Vec<(f32, f32)> = inv_freq
+            .iter()
+            .map(|&f| {
                 let (sin, cos) = (pos * f).sin_cos();
-                let (sin, cos) = (sin * attn_factor, cos * attn_factor);
+                (sin * attn_factor, cos * attn_factor)
+            })
+            .collect();
+        for head in o.chunks_mut(head_dim) {
+            for (i, &(sin, cos)) in angles.iter().enumerate() {
                 let (a, b) = match mode {
                     RopeMode::Normal => (2 * i, 2 * i + 1),
                     RopeMode::Neox => (i, i + half),
