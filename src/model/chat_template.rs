@@ -14,9 +14,11 @@
 //! [`TemplateError::Render`] naming it.
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Serde, Value, ValueKind, ValueOrKwargs};
+use minijinja::value::{Kwargs, Serde, Value};
 use minijinja::{Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
+
+mod namespaces;
 
 /// Name under which the template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -167,13 +169,15 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        let source = namespaces::guard_attribute_writes(source, syntax.clone())?;
         env.set_syntax(syntax);
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_function("namespace", tracked_namespace);
+        env.add_function("namespace", namespaces::namespace);
+        env.add_function(namespaces::GUARD, namespaces::plain_only);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+        env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
@@ -212,8 +216,7 @@ impl ChatTemplate {
             bytes: Vec::new(),
             limit,
         };
-        let rendered = render_breaking_cycles(&env, || template.render_captured_to(ctx, &mut out));
-        rendered.map_err(|e| {
+        template.render_captured_to(ctx, &mut out).map_err(|e| {
             TemplateError::Render(match e.kind() {
                 ErrorKind::OutOfFuel => format!(
                     "{} (the limit is {fuel} fuel for {} messages of {content_bytes} bytes; \
@@ -230,77 +233,6 @@ impl ChatTemplate {
         })?;
         String::from_utf8(out.bytes).map_err(|e| TemplateError::Render(e.to_string()))
     }
-}
-
-thread_local! {
-    /// The namespaces created by the render running on this thread.
-    static NAMESPACES: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `namespace(...)`, minijinja's own, remembered so that the render's end can clear it.
-fn tracked_namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, Error> {
-    let ns = minijinja::functions::namespace(defaults)?;
-    NAMESPACES.with(|list| list.borrow_mut().push(ns.clone()));
-    Ok(ns)
-}
-
-/// Runs `render` and then empties every namespace it created.
-///
-/// A namespace is the one mutable value of a template, so it is the one way to build a
-/// reference cycle (`{% set ns.me = ns %}`, found by fuzzing), which reference counting
-/// never frees: every render of such a template would leak. Each cycle passes through an
-/// attribute set by `{% set ns.name = ... %}` (a namespace's other entries exist before it
-/// does), and such names are identifiers, so setting every identifier-named entry that
-/// holds a container to `none` breaks them all.
-fn render_breaking_cycles<T>(
-    env: &Environment<'_>,
-    render: impl FnOnce() -> Result<T, Error>,
-) -> Result<T, Error> {
-    let outer = NAMESPACES.with(|list| list.take());
-    let result = render();
-    let created = NAMESPACES.with(|list| list.replace(outer));
-    let mut source = String::new();
-    let mut ctx = std::collections::BTreeMap::new();
-    for (i, ns) in created.into_iter().enumerate() {
-        let Ok(keys) = ns.try_iter() else { continue };
-        for key in keys {
-            let Some(name) = key.as_str().filter(|k| is_identifier(k)) else {
-                continue;
-            };
-            let holds_container = ns.get_attr(name).is_ok_and(|v| {
-                !matches!(
-                    v.kind(),
-                    ValueKind::Undefined
-                        | ValueKind::None
-                        | ValueKind::Bool
-                        | ValueKind::Number
-                        | ValueKind::String
-                        | ValueKind::Bytes
-                )
-            });
-            if holds_container {
-                source.push_str(&format!("{{% set ns{i}.{name} = none %}}"));
-            }
-        }
-        ctx.insert(format!("ns{i}"), ns);
-    }
-    if !source.is_empty() {
-        let mut cleanup = env.clone();
-        cleanup.set_fuel(None);
-        // Every statement names an entry that exists in a namespace, so this cannot fail;
-        // were it to, the cost is the leak this guards against, not a wrong prompt.
-        let _ = cleanup.render_str(&source, ctx);
-    }
-    result
-}
-
-/// Whether `name` can follow `ns.` in a `{% set %}`.
-fn is_identifier(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The fuel a render of `messages` messages holding `content_bytes` bytes gets.
@@ -352,36 +284,65 @@ mod tests {
 
     impl minijinja::value::Object for DropProbe {}
 
-    /// Renders `src` with a `probe` in its context; whether the probe was freed after.
-    fn probe_freed(src: &str, break_cycles: bool) -> bool {
+    /// Renders `src` with a `probe` in its context: the output (or error) and whether
+    /// the probe was freed after.
+    fn render_with_probe(src: &str) -> (Result<String, String>, bool) {
         let t = ChatTemplate::new(src, "", "").unwrap();
         let dropped = Arc::new(AtomicBool::new(false));
         let ctx = minijinja::context! {
             probe => Value::from_object(DropProbe(dropped.clone())),
+            messages => Value::from(Serde([Message::new("user", "hi")])),
         };
         let template = t.env.get_template(TEMPLATE_NAME).unwrap();
-        let out = if break_cycles {
-            render_breaking_cycles(&t.env, || template.render(ctx))
-        } else {
-            template.render(ctx)
-        };
-        assert_eq!(out.unwrap(), "ok");
+        let out = template.render(ctx).map_err(|e| describe(&e));
         drop(t);
-        dropped.load(Ordering::SeqCst)
+        (out, dropped.load(Ordering::SeqCst))
     }
 
     #[test]
-    fn namespace_cycles_are_freed_after_a_render() {
+    fn namespaces_refuse_what_could_make_a_cycle() {
         let cycles = [
-            "{% set ns = namespace(p=probe) %}{% set ns.me = ns %}ok",
-            "{% set a = namespace() %}{% set b = namespace(a=a, p=probe) %}{% set a.b = [b] %}ok",
-            "{% set ns = namespace(d={'p': probe}) %}{% set ns.true = {'x': ns} %}ok",
+            "{% set ns = namespace(p=probe) %}{% set ns.me = ns %}{{ ns }}",
+            "{% set a = namespace() %}{% set b = namespace(a=a, p=probe) %}ok",
+            "{% set ns = namespace(d={'p': probe}) %}{% set ns.true = {'x': [1, (ns, 2)]} %}{{ ns }}",
+            "{% set ns = namespace(n=0) %}{% set ns.n = ns, messages|length %}{{ ns.n }}",
+            "{% set ns = namespace() %}{% with x = [ns] %}{% set ns.x = x %}{% endwith %}{{ ns }}",
+            "{% set ns = namespace() %}{% set x = ns %}{% set ns.a, y = [x], 1 %}{{ ns }}",
+            "{% set ns = namespace() %}{% for m in messages %}{% set ns.l = loop %}{% endfor %}",
         ];
         for src in cycles {
-            assert!(!probe_freed(src, false), "not a cycle: {src}");
-            assert!(probe_freed(src, true), "leaked: {src}");
+            let (out, freed) = render_with_probe(src);
+            let err = out.expect_err(src);
+            assert!(err.contains("namespace"), "{src}: {err}");
+            assert!(freed, "leaked: {src}");
         }
-        assert!(probe_freed("{% set ns = namespace(p=probe) %}ok", true));
+        let plain = [
+            ("{% set ns = namespace(p=1) %}{% set ns.p = ns.p + 1 %}{{ ns.p }}", "2"),
+            (
+                "{% set ns = namespace(m=[]) %}{% for m in messages %}{% set ns.m = ns.m + [m] %}{% endfor %}{{ ns.m[0].content }}",
+                "hi",
+            ),
+            ("{% set ns = namespace() %}{% set ns.all = messages %}{{ ns.all|length }}", "1"),
+            ("{% set ns = namespace(d={'a': [1, none]}) %}{% set ns.s = 'x' ~ ns.d.a|length %}{{ ns.s }}", "x2"),
+            ("{% set ns = namespace() %}{% set ns.i, j = range(2) %}{{ ns.i }}{{ j }}", "01"),
+        ];
+        for (src, want) in plain {
+            let (out, freed) = render_with_probe(src);
+            assert_eq!(out.as_deref(), Ok(want), "{src}");
+            assert!(freed);
+        }
+        // A lazy sequence over a namespace is evaluated into plain strings when stored.
+        let src = "{% set ns = namespace(p=[probe]|map('string')|list|length) %}{% set ns.x = [ns, probe]|map('string') %}{{ ns.x|length }}";
+        let (out, freed) = render_with_probe(src);
+        assert_eq!(out.as_deref(), Ok("2"));
+        assert!(freed);
+    }
+
+    #[test]
+    fn guarded_expressions_keep_their_place_after_multibyte_text() {
+        let src = "héllo ✓ {% set ns = namespace(a='é') %}{% set ns.a = ns.a ~ 'ü' if true else 'x' %}{{ ns.a }} {% set ns.t = 1, 'ß' %}{{ ns.t|length }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        assert_eq!(t.render(&[], false).unwrap(), "héllo ✓ éü 2");
     }
 
     const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
