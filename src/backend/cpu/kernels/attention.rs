@@ -93,7 +93,7 @@ pub(crate) fn attention(
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
     let wide = wide_vectors_available();
-    let widest = widest_vectors_available();
+    let widest = super::vexp::avx512_available();
     // One task per (block of a sequence's tokens, kv head): every query row of the
     // block's tokens whose head shares that kv head is scored together, so each key and
     // value row is loaded (and converted from f16) once for up to `TOKEN_BLOCK · group`
@@ -167,19 +167,6 @@ fn wide_vectors_available() -> bool {
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
         })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Whether the AVX-512 build of the inner loops can run here (checked once).
-fn widest_vectors_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *AVAILABLE.get_or_init(|| wide_vectors_available() && is_x86_feature_detected!("avx512f"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -544,7 +531,7 @@ unsafe fn softmax_avx512(row: &mut [f32]) {
     let mut sum = _mm512_setzero_ps();
     for i in (0..n).step_by(16) {
         let m = mask(i);
-        let e = exp_avx512(_mm512_sub_ps(
+        let e = super::vexp::exp_avx512(_mm512_sub_ps(
             _mm512_mask_loadu_ps(neg_inf, m, ptr.add(i)),
             max,
         ));
@@ -560,32 +547,6 @@ unsafe fn softmax_avx512(row: &mut [f32]) {
             _mm512_mul_ps(_mm512_maskz_loadu_ps(m, ptr.add(i)), inv),
         );
     }
-}
-
-/// `exp(x)` for `x ≤ 0` (a score minus its row's maximum), relative error below 2e-7:
-/// `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 polynomial for `exp(r)`, scaled by
-/// `2^n`; anything below −87 (−∞ included: masked positions) is exactly 0.
-///
-/// # Safety
-/// The CPU must have AVX-512 F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
-    let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    _mm512_maskz_mov_ps(!tiny, _mm512_scalef_ps(p, n))
 }
 
 /// Softmax of `row` in place, max-subtracted for stability.
@@ -732,7 +693,7 @@ mod tests {
                     unsafe { task.run_avx2(&mut scratch(), &mut wide) };
                     assert_close(&wide, &portable, 1e-6);
                 }
-                if widest_vectors_available() {
+                if super::super::vexp::avx512_available() {
                     let mut widest = vec![0.0; portable.len()];
                     // SAFETY: checked just above.
                     unsafe { task.run_avx512(&mut scratch(), &mut widest) };
@@ -746,43 +707,9 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn vector_exp_and_softmax_match_f64() {
-        if !widest_vectors_available() {
+    fn vector_softmax_matches_the_portable_one() {
+        if !super::super::vexp::avx512_available() {
             return;
-        }
-        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
-        let mut xs: Vec<f32> = (0..4096).map(|i| -87.0 * i as f32 / 4095.0).collect();
-        xs.extend([
-            0.0,
-            -1e-30,
-            -0.5,
-            -86.999,
-            -87.5,
-            -100.0,
-            f32::NEG_INFINITY,
-            -1e30,
-        ]);
-        xs.resize(xs.len().next_multiple_of(16), 0.0);
-        for chunk in xs.chunks(16) {
-            let mut got = [0f32; 16];
-            // SAFETY: checked above; 16 lanes in and out.
-            unsafe {
-                _mm512_storeu_ps(
-                    got.as_mut_ptr(),
-                    exp_avx512(_mm512_loadu_ps(chunk.as_ptr())),
-                )
-            };
-            for (&x, &e) in chunk.iter().zip(&got) {
-                if x < -87.0 {
-                    assert_eq!(e, 0.0, "exp({x})");
-                } else {
-                    let want = (x as f64).exp();
-                    assert!(
-                        ((e as f64 - want) / want).abs() < 3e-7,
-                        "exp({x}) = {e}, not {want}"
-                    );
-                }
-            }
         }
         for n in [2, 7, 16, 17, 40] {
             let row: Vec<f32> = lcg(n as u64, n).iter().map(|v| 8.0 * v).collect();

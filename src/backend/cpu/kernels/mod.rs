@@ -10,6 +10,7 @@ pub(super) mod matmul;
 mod matmul_float;
 pub(super) mod norm;
 pub(super) mod rope;
+mod vexp;
 
 use crate::backend::BackendError;
 

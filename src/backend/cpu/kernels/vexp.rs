@@ -1,0 +1,125 @@
+//! Vectorised `exp` for the kernels that need many (softmax, SiLU): libm's scalar
+//! `expf` cost 3-5 % of a batched decode step.
+
+/// Whether this CPU runs the AVX-512 code of the kernels (AVX-512 F, plus the AVX2,
+/// FMA and F16C they also use; checked once).
+pub(super) fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVAILABLE.get_or_init(|| {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `exp(x)`, relative error below 3e-7:
+/// `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 polynomial for `exp(r)`, scaled by
+/// `2^n`; anything below −87 (−∞ included: masked attention positions) is exactly 0, anything
+/// above 88.7 is +∞.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_maskz_mov_ps(!tiny, _mm512_scalef_ps(p, n))
+}
+
+/// `out = silu(gate) · up = gate / (1 + exp(−gate)) · up`, sixteen lanes at a time.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; the three slices must have the same length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    assert!(gate.len() == n && up.len() == n);
+    let one = _mm512_set1_ps(1.0);
+    for i in (0..n).step_by(16) {
+        let left = n - i;
+        let m: __mmask16 = if left >= 16 {
+            0xFFFF
+        } else {
+            (1u16 << left) - 1
+        };
+        // SAFETY: the mask keeps every lane within the slices (asserted equal lengths).
+        let g = _mm512_maskz_loadu_ps(m, gate.as_ptr().add(i));
+        let u = _mm512_maskz_loadu_ps(m, up.as_ptr().add(i));
+        let e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        let silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, _mm512_mul_ps(silu, u));
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_f64() {
+        if !avx512_available() {
+            return;
+        }
+        use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
+        let mut xs: Vec<f32> = (0..4096).map(|i| -87.0 * i as f32 / 4095.0).collect();
+        xs.extend((0..2048).map(|i| 88.0 * i as f32 / 2047.0));
+        xs.extend([
+            0.0,
+            -1e-30,
+            -0.5,
+            -86.999,
+            -87.5,
+            -100.0,
+            f32::NEG_INFINITY,
+            -1e30,
+            100.0,
+        ]);
+        xs.resize(xs.len().next_multiple_of(16), 0.0);
+        for chunk in xs.chunks(16) {
+            let mut got = [0f32; 16];
+            // SAFETY: checked above; 16 lanes in and out.
+            unsafe {
+                _mm512_storeu_ps(
+                    got.as_mut_ptr(),
+                    exp_avx512(_mm512_loadu_ps(chunk.as_ptr())),
+                )
+            };
+            for (&x, &e) in chunk.iter().zip(&got) {
+                if x < -87.0 {
+                    assert_eq!(e, 0.0, "exp({x})");
+                } else if x > 88.8 {
+                    assert_eq!(e, f32::INFINITY, "exp({x})");
+                } else {
+                    let want = (x as f64).exp();
+                    assert!(
+                        ((e as f64 - want) / want).abs() < 3e-7,
+                        "exp({x}) = {e}, not {want}"
+                    );
+                }
+            }
+        }
+    }
+}
