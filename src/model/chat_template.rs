@@ -27,7 +27,7 @@ const ROLES: [&str; 3] = ["system", "user", "assistant"];
 
 /// Fuel every render gets whatever the conversation (minijinja counts one per
 /// instruction and one per 64 bytes of data created).
-pub const BASE_FUEL: u64 = 1_000_000;
+pub const BASE_FUEL: u64 = 250_000;
 /// Fuel added per message of the conversation.
 pub const FUEL_PER_MESSAGE: u64 = 500;
 /// Fuel added per 16 bytes of message content.
@@ -458,15 +458,19 @@ mod tests {
                 "recursion",
             ),
             (
-                "{% set s = 'x' * 100000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
+                "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}",
                 "exceeds",
             ),
             ("{{ messages | tojson(indent=1000000000) }}", "indent"),
         ];
+        // The output limit is reached before the fuel runs out only when the budget
+        // grows with a long conversation (emitting 16 MiB costs 262,144 fuel).
+        let long = [Message::new("user", "y".repeat(4 << 20))];
         for (source, want) in cases {
             let t = ChatTemplate::new(source, "", "").unwrap();
             let started = std::time::Instant::now();
-            let err = t.render(&msgs, false).unwrap_err().to_string();
+            let msgs: &[Message] = if want == "exceeds" { &long } else { &msgs };
+            let err = t.render(msgs, false).unwrap_err().to_string();
             assert!(err.contains(want), "{source}: {err}");
             assert!(started.elapsed().as_secs() < 5, "{source}");
         }
