@@ -115,10 +115,7 @@ pub(crate) fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), Ba
     check_len("swiglu output", out.len(), gate.len())?;
     #[cfg(target_arch = "x86_64")]
     if super::vexp::avx512_available() {
-        let wide = |((o, g), u): ((&mut [f32], &[f32]), &[f32])| {
-            // SAFETY: checked just above; `zip` of equal chunkings gives equal lengths.
-            unsafe { super::vexp::swiglu_avx512(g, u, o) }
-        };
+        let wide = |((o, g), u): ((&mut [f32], &[f32]), &[f32])| super::vexp::swiglu_wide(g, u, o);
         if gate.len() >= PARALLEL_MIN {
             out.par_chunks_mut(SWIGLU_CHUNK)
                 .zip(gate.par_chunks(SWIGLU_CHUNK))

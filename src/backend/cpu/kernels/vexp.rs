@@ -47,16 +47,27 @@ pub(super) unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_
     _mm512_maskz_mov_ps(!tiny, _mm512_scalef_ps(p, n))
 }
 
+/// `out = silu(gate) · up` on AVX-512; callers check [`avx512_available`] first.
+///
+/// # Panics
+/// Without AVX-512, or when the slices' lengths differ.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn swiglu_wide(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(avx512_available(), "swiglu_wide needs AVX-512");
+    assert!(gate.len() == out.len() && up.len() == out.len());
+    // SAFETY: both checked just above.
+    unsafe { swiglu_avx512(gate, up, out) }
+}
+
 /// `out = silu(gate) · up = gate / (1 + exp(−gate)) · up`, sixteen lanes at a time.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F; the three slices must have the same length.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
+unsafe fn swiglu_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let n = out.len();
-    assert!(gate.len() == n && up.len() == n);
     let one = _mm512_set1_ps(1.0);
     for i in (0..n).step_by(16) {
         let left = n - i;
