@@ -1,0 +1,413 @@
+//! Tests of the attention kernel: against naive f64 attention, its vectorised loops
+//! against the portable ones, and batched steps against each sequence alone.
+
+use super::super::testutil::{assert_close, lcg};
+use super::*;
+
+/// A cache layout with [`P`]'s 2 kv heads of dimension 5.
+fn layout(n_layers: usize, capacity: usize, dtype: KvDType) -> KvLayout {
+    KvLayout {
+        n_layers,
+        capacity,
+        n_kv_heads: 2,
+        head_dim: 5,
+        dtype,
+    }
+}
+use crate::backend::{KvCache, KvDType, KvLayout};
+
+const P: AttentionParams = AttentionParams {
+    layer: 1,
+    n_heads: 4,
+    n_kv_heads: 2,
+    head_dim: 5,
+    scale: 0.4,
+    window: None,
+    softcap: None,
+};
+
+/// Attention of all `total` tokens with full (non-cached) causal masking, each
+/// token seeing the last `window` positions when given.
+fn naive(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    total: usize,
+    window: Option<usize>,
+    softcap: Option<f64>,
+) -> Vec<f32> {
+    let (dh, qw, kw) = (
+        P.head_dim,
+        P.n_heads * P.head_dim,
+        P.n_kv_heads * P.head_dim,
+    );
+    let mut out = vec![0.0; total * qw];
+    for t in 0..total {
+        let first = window.map_or(0, |w| (t + 1).saturating_sub(w));
+        for h in 0..P.n_heads {
+            let kh = h / (P.n_heads / P.n_kv_heads);
+            let s: Vec<f64> = (first..=t)
+                .map(|j| {
+                    let s = (0..dh)
+                        .map(|d| (q[t * qw + h * dh + d] * k[j * kw + kh * dh + d]) as f64)
+                        .sum::<f64>()
+                        * P.scale as f64;
+                    softcap.map_or(s, |c| c * (s / c).tanh())
+                })
+                .collect();
+            let max = s.iter().copied().fold(f64::MIN, f64::max);
+            let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
+            for d in 0..dh {
+                let acc: f64 = (first..=t)
+                    .map(|j| (s[j - first] - max).exp() / sum * v[j * kw + kh * dh + d] as f64)
+                    .sum();
+                out[t * qw + h * dh + d] = acc as f32;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn vectorised_and_portable_loops_agree() {
+    // Head sizes the register-resident AVX-512 loops take (64, 128) and one they
+    // leave to the AVX2 loops (13); one token (decode) and blocks of several, with
+    // and without a sliding window.
+    for (dh, tokens, window) in [
+        (13, 1, None),
+        (64, 1, None),
+        (64, 5, None),
+        (64, 6, Some(4)),
+        (128, 3, None),
+    ] {
+        let positions = 9 + tokens - 1;
+        let (queries, keys, values) = (
+            lcg(30, tokens * 3 * dh),
+            lcg(31, positions * 2 * dh),
+            lcg(32, positions * 2 * dh),
+        );
+        // One block each, the positions past the last never read.
+        let block = |v: &[f32]| {
+            let mut b = v.to_vec();
+            b.resize(KV_BLOCK * 2 * dh, f32::NAN);
+            vec![Arc::new(b)]
+        };
+        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
+            b.iter()
+                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
+                .collect()
+        };
+        let (keys32, values32) = (block(&keys), block(&values));
+        let (keys16, values16) = (half(&keys32), half(&values32));
+        let scratch = || Scratch {
+            scores: Vec::new(),
+            row: Vec::new(),
+        };
+        let mut by_storage = Vec::new();
+        for (k, v) in [
+            (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
+            (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
+        ] {
+            let task = GroupTask {
+                queries: &queries,
+                q_width: 3 * dh,
+                head_off: 0,
+                group: 3,
+                keys: k,
+                values: v,
+                kv_off: dh,
+                first_seen: 9,
+                head_dim: dh,
+                scale: 0.3,
+                window,
+                softcap: None,
+            };
+            let mut portable = vec![0.0; tokens * 3 * dh];
+            task.run::<false>(&mut scratch(), &mut portable);
+            if wide_vectors_available() {
+                let mut wide = vec![0.0; portable.len()];
+                // SAFETY: checked just above.
+                unsafe { task.run_avx2(&mut scratch(), &mut wide) };
+                assert_close(&wide, &portable, 1e-6);
+            }
+            if super::super::vexp::avx512_available() {
+                let mut widest = vec![0.0; portable.len()];
+                // SAFETY: checked just above.
+                unsafe { task.run_avx512(&mut scratch(), &mut widest) };
+                assert_close(&widest, &portable, 1e-5);
+            }
+            by_storage.push(portable);
+        }
+        assert_close(&by_storage[1], &by_storage[0], 3e-3);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_softmax_matches_the_portable_one() {
+    if !super::super::vexp::avx512_available() {
+        return;
+    }
+    for n in [2, 7, 16, 17, 40] {
+        let row: Vec<f32> = lcg(n as u64, n).iter().map(|v| 8.0 * v).collect();
+        let mut want = row.clone();
+        softmax_in_place(&mut want);
+        let mut got = row.clone();
+        got[0] = f32::NEG_INFINITY;
+        want[0] = 0.0;
+        let rest: f32 = want.iter().sum();
+        want.iter_mut().for_each(|w| *w /= rest);
+        // SAFETY: checked above.
+        unsafe { softmax_avx512(&mut got) };
+        assert_eq!(got[0], 0.0);
+        assert_close(&got, &want, 1e-6);
+    }
+}
+
+#[test]
+fn prefill_then_decode_matches_naive_gqa() {
+    prefill_then_decode(KvDType::F32, 1e-5);
+    prefill_then_decode(KvDType::F16, 3e-3);
+}
+
+#[test]
+fn a_prefill_longer_than_a_token_block_matches_naive() {
+    let total = 2 * TOKEN_BLOCK + 5;
+    let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+    let (q, k, v) = (
+        lcg(40, total * qw),
+        lcg(41, total * kw),
+        lcg(42, total * kw),
+    );
+    let want = naive(&q, &k, &v, total, None, None);
+    let mut cache = KvCache::new(layout(2, total, KvDType::F32)).unwrap();
+    let split = total - 3;
+    let mut state = StepState::single(&mut cache, 0);
+    let mut out = vec![0.0; split * qw];
+    attention(
+        &q[..split * qw],
+        &k[..split * kw],
+        &v[..split * kw],
+        P,
+        &mut state,
+        &mut out,
+    )
+    .unwrap();
+    assert_close(&out, &want[..split * qw], 1e-5);
+    state.segments_mut()[0].kv_len = split;
+    let mut rest = vec![0.0; 3 * qw];
+    attention(
+        &q[split * qw..],
+        &k[split * kw..],
+        &v[split * kw..],
+        P,
+        &mut state,
+        &mut rest,
+    )
+    .unwrap();
+    assert_close(&rest, &want[split * qw..], 1e-5);
+}
+
+fn prefill_then_decode(dtype: KvDType, tolerance: f32) {
+    let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+    let (q, k, v) = (lcg(20, 4 * qw), lcg(21, 4 * kw), lcg(22, 4 * kw));
+    let want = naive(&q, &k, &v, 4, None, None);
+    let mut cache = KvCache::new(layout(2, 6, dtype)).unwrap();
+    let mut out = vec![0.0; 3 * qw];
+    let mut state = StepState::single(&mut cache, 0);
+    attention(
+        &q[..3 * qw],
+        &k[..3 * kw],
+        &v[..3 * kw],
+        P,
+        &mut state,
+        &mut out,
+    )
+    .unwrap();
+    assert_close(&out, &want[..3 * qw], tolerance);
+    state.segments_mut()[0].kv_len = 3;
+    let mut last = vec![0.0; qw];
+    attention(
+        &q[3 * qw..],
+        &k[3 * kw..],
+        &v[3 * kw..],
+        P,
+        &mut state,
+        &mut last,
+    )
+    .unwrap();
+    assert_close(&last, &want[3 * qw..], tolerance);
+    state.segments_mut()[0].kv_len = 6;
+    let full = attention(
+        &q[3 * qw..],
+        &k[3 * kw..],
+        &v[3 * kw..],
+        P,
+        &mut state,
+        &mut last,
+    );
+    assert!(matches!(full, Err(BackendError::KvCache(_))));
+}
+
+/// A prefill spanning several token blocks, then single-token decodes, with a
+/// window shorter than the sequence and soft-capped scores: every step matches the
+/// masked, capped reference.
+#[test]
+fn a_sliding_window_with_soft_capping_matches_naive() {
+    let total = TOKEN_BLOCK + 9;
+    let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+    let (q, k, v) = (
+        lcg(50, total * qw),
+        lcg(51, total * kw),
+        lcg(52, total * kw),
+    );
+    let (window, cap) = (5, 0.5);
+    let want = naive(&q, &k, &v, total, Some(window), Some(cap));
+    let full = naive(&q, &k, &v, total, None, Some(cap));
+    let p = AttentionParams {
+        window: Some(window),
+        softcap: Some(cap as f32),
+        ..P
+    };
+    let mut cache = KvCache::new(layout(2, total, KvDType::F32)).unwrap();
+    let split = total - 4;
+    let mut state = StepState::single(&mut cache, 0);
+    let mut out = vec![0.0; total * qw];
+    let (head, tail) = out.split_at_mut(split * qw);
+    attention(
+        &q[..split * qw],
+        &k[..split * kw],
+        &v[..split * kw],
+        p,
+        &mut state,
+        head,
+    )
+    .unwrap();
+    for (i, t) in (split..total).enumerate() {
+        state.segments_mut()[0].kv_len = t;
+        let rows = t * qw..(t + 1) * qw;
+        let kv = t * kw..(t + 1) * kw;
+        let dst = &mut tail[i * qw..(i + 1) * qw];
+        attention(&q[rows], &k[kv.clone()], &v[kv], p, &mut state, dst).unwrap();
+    }
+    assert_close(&out, &want, 1e-5);
+    // The window matters: past it, full attention differs.
+    let past = window * qw..;
+    let diff = out[past.clone()]
+        .iter()
+        .zip(&full[past])
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff > 1e-3, "{diff}");
+}
+
+/// Three sequences of different lengths in one step (a prefill, two decodes, and a
+/// padding row between them) get exactly what each gets in a step of its own, and
+/// the padding row gets zeros.
+#[test]
+fn a_batched_step_equals_each_sequence_alone() {
+    let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+    let layout = layout(2, 40, KvDType::F16);
+    // Each sequence's history (`before` positions) and its new rows this step.
+    let shapes = [(7usize, 1usize), (0, TOKEN_BLOCK + 3), (20, 1)];
+    let mut alone_caches = Vec::new();
+    let mut batch_caches = Vec::new();
+    let mut want = Vec::new();
+    let mut new_rows = Vec::new();
+    for (i, &(before, n)) in shapes.iter().enumerate() {
+        let seed = 70 + 10 * i as u64;
+        let total = before + n;
+        let (q, k, v) = (
+            lcg(seed, total * qw),
+            lcg(seed + 1, total * kw),
+            lcg(seed + 2, total * kw),
+        );
+        let (mut a, mut b) = (KvCache::new(layout).unwrap(), KvCache::new(layout).unwrap());
+        for cache in [&mut a, &mut b] {
+            if before > 0 {
+                let mut out = vec![0.0; before * qw];
+                let (qh, kh, vh) = (&q[..before * qw], &k[..before * kw], &v[..before * kw]);
+                attention(qh, kh, vh, P, &mut StepState::single(cache, 0), &mut out).unwrap();
+            }
+        }
+        let mut out = vec![0.0; n * qw];
+        let (qn, kn, vn) = (&q[before * qw..], &k[before * kw..], &v[before * kw..]);
+        attention(
+            qn,
+            kn,
+            vn,
+            P,
+            &mut StepState::single(&mut a, before),
+            &mut out,
+        )
+        .unwrap();
+        want.push(out);
+        new_rows.push((qn.to_vec(), kn.to_vec(), vn.to_vec()));
+        alone_caches.push(a);
+        batch_caches.push(b);
+    }
+    // Rows: sequence 0, one padding row, sequence 1, sequence 2.
+    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    let mut segments = Vec::new();
+    let mut row = 0;
+    for (i, (cache, (qn, kn, vn))) in batch_caches.iter_mut().zip(&new_rows).enumerate() {
+        let n = shapes[i].1;
+        segments.push(crate::backend::Segment {
+            rows: row..row + n,
+            kv_len: shapes[i].0,
+            kv: cache,
+        });
+        q.extend_from_slice(qn);
+        k.extend_from_slice(kn);
+        v.extend_from_slice(vn);
+        row += n;
+        if i == 0 {
+            q.extend(vec![1.0; qw]);
+            k.extend(vec![1.0; kw]);
+            v.extend(vec![1.0; kw]);
+            row += 1;
+        }
+    }
+    let mut out = vec![f32::NAN; row * qw];
+    let mut state = StepState::batch(segments).unwrap();
+    attention(&q, &k, &v, P, &mut state, &mut out).unwrap();
+    let (first, rest) = out.split_at(qw);
+    let (pad, rest) = rest.split_at(qw);
+    assert_eq!(first, &want[0][..]);
+    assert!(pad.iter().all(|&x| x == 0.0));
+    let (second, third) = rest.split_at(shapes[1].1 * qw);
+    assert_eq!(second, &want[1][..]);
+    assert_eq!(third, &want[2][..]);
+}
+
+#[test]
+fn overlapping_segments_are_refused() {
+    let layout = layout(1, 4, KvDType::F32);
+    let (mut a, mut b) = (KvCache::new(layout).unwrap(), KvCache::new(layout).unwrap());
+    let segments = vec![
+        crate::backend::Segment {
+            rows: 0..2,
+            kv_len: 0,
+            kv: &mut a,
+        },
+        crate::backend::Segment {
+            rows: 1..3,
+            kv_len: 0,
+            kv: &mut b,
+        },
+    ];
+    assert!(StepState::batch(segments).is_err());
+}
+
+#[test]
+fn missing_cache_or_layer_is_an_error() {
+    let (qw, kw) = (P.n_heads * P.head_dim, P.n_kv_heads * P.head_dim);
+    let (q, kv) = (vec![0.0; qw], vec![0.0; kw]);
+    let mut out = vec![0.0; qw];
+    let mut state = StepState::stateless();
+    let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
+    assert!(matches!(err, Err(BackendError::KvCache(_))));
+    let mut one_layer = KvCache::new(layout(1, 4, KvDType::F32)).unwrap();
+    let mut state = StepState::single(&mut one_layer, 0);
+    let err = attention(&q, &kv, &kv, P, &mut state, &mut out);
+    assert!(matches!(err, Err(BackendError::KvCache(_))));
+}
