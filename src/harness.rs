@@ -251,8 +251,9 @@ fn exercise_tokenizer(tk: &Tokenizer) {
 const CHAT_ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
 /// `data` as a chat template (up to the first NUL byte) and a conversation (the rest,
-/// one message per NUL-separated part, whose first byte picks the role); the template
-/// compiles and renders the conversation with and without the generation prompt.
+/// one message per NUL-separated part, whose first byte picks the role, at most 64); the
+/// template compiles and renders the conversation, with the generation prompt when the
+/// input's length is odd.
 pub fn chat_template(data: &[u8]) {
     /// Most messages one input makes (see below).
     const FUZZ_MESSAGES: usize = 64;
@@ -278,9 +279,10 @@ pub fn chat_template(data: &[u8]) {
             })
             .collect()
     };
-    for add_generation_prompt in [false, true] {
-        let _ = template.render(&messages, add_generation_prompt);
-    }
+    // One render per input (its length's parity picks the mode): a render that spends
+    // its whole fuel takes ~0.4 s under the fuzzer's instrumentation, two would come
+    // near the 1 s limit; both modes are still covered across inputs.
+    let _ = template.render(&messages, data.len() % 2 == 1);
 }
 
 /// `data` as a request body, read as both endpoints read it: the JSON object, the
