@@ -216,21 +216,23 @@ impl ChatTemplate {
             bytes: Vec::new(),
             limit,
         };
-        template.render_captured_to(ctx, &mut out).map_err(|e| {
-            TemplateError::Render(match e.kind() {
-                ErrorKind::OutOfFuel => format!(
-                    "{} (the limit is {fuel} fuel for {} messages of {content_bytes} bytes; \
+        namespaces::with_copy_budget(fuel, || template.render_captured_to(ctx, &mut out)).map_err(
+            |e| {
+                TemplateError::Render(match e.kind() {
+                    ErrorKind::OutOfFuel => format!(
+                        "{} (the limit is {fuel} fuel for {} messages of {content_bytes} bytes; \
                      see chat_template::MAX_FUEL)",
-                    describe(&e),
-                    messages.len()
-                ),
-                _ if out.bytes.len() >= limit => format!(
-                    "the rendered prompt exceeds {limit} bytes (the conversation plus \
+                        describe(&e),
+                        messages.len()
+                    ),
+                    _ if out.bytes.len() >= limit => format!(
+                        "the rendered prompt exceeds {limit} bytes (the conversation plus \
                      {MAX_RENDERED_BYTES})"
-                ),
-                _ => describe(&e),
-            })
-        })?;
+                    ),
+                    _ => describe(&e),
+                })
+            },
+        )?;
         String::from_utf8(out.bytes).map_err(|e| TemplateError::Render(e.to_string()))
     }
 }
@@ -462,6 +464,10 @@ mod tests {
                 "exceeds",
             ),
             ("{{ messages | tojson(indent=1000000000) }}", "indent"),
+            (
+                "{% set ns = namespace() %}{% set big = range(100000)|list %}{% for i in range(100000) %}{% set ns.x = big %}{% endfor %}",
+                "copy at most",
+            ),
         ];
         // The output limit is reached before the fuel runs out only when the budget
         // grows with a long conversation (emitting 16 MiB costs 262,144 fuel).

@@ -13,6 +13,8 @@
 //! never contains a namespace, so no cycle can form. Real templates store strings,
 //! numbers, flags and message lists in namespaces, which all pass.
 
+use std::cell::Cell;
+
 use minijinja::machinery::{tokenize, Token};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{merge_maps, Kwargs, Serde, Tuple, Value, ValueKind, ValueOrKwargs};
@@ -135,17 +137,49 @@ fn assignment(stmt: &[Spanned<'_>], values: &mut Vec<(usize, usize)>) -> Result<
 /// concatenation) are evaluated into lists, so that the stored value holds no hidden
 /// reference. Anything else (a namespace, a loop, a macro, a function) is refused.
 pub(super) fn plain_only(value: Value) -> Result<Value, Error> {
-    let mut budget = MAX_VALUES;
-    plain_copy(&value, 0, &mut budget)
+    charged(|budget| plain_copy(&value, 0, budget))
+}
+
+thread_local! {
+    /// Values the render running on this thread may still copy ([`with_copy_budget`]).
+    static COPY_BUDGET: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Runs `render` with `budget` values to copy into namespaces in all: copies are work
+/// minijinja's fuel does not see (`{% set ns.x = big %}` in a loop costs a few fuel per
+/// turn and a copy of `big` each), so they get a budget of their own, the render's fuel.
+pub(super) fn with_copy_budget<T>(budget: u64, render: impl FnOnce() -> T) -> T {
+    let outer = COPY_BUDGET.replace(Some(budget));
+    let result = render();
+    COPY_BUDGET.set(outer);
+    result
+}
+
+/// Runs `copy` against the render's copy budget ([`MAX_VALUES`] per call outside one).
+fn charged(copy: impl FnOnce(&mut usize) -> Result<Value, Error>) -> Result<Value, Error> {
+    let Some(left) = COPY_BUDGET.get() else {
+        let mut budget = MAX_VALUES;
+        return copy(&mut budget);
+    };
+    let mut budget = usize::try_from(left).unwrap_or(usize::MAX).min(MAX_VALUES);
+    let before = budget;
+    let result = copy(&mut budget);
+    COPY_BUDGET.set(Some(left.saturating_sub((before - budget) as u64)));
+    result.map_err(|e| match budget {
+        0 => refuse(format!(
+            "namespace assignments may copy at most {left} more values in this render (its \
+             fuel; see chat_template::MAX_FUEL)"
+        )),
+        _ => e,
+    })
 }
 
 /// `namespace(...)`, minijinja's own, over a plain copy of its initial values.
 pub(super) fn namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, Error> {
     let defaults = match defaults {
-        Some(d) => {
-            let mut budget = MAX_VALUES;
-            Some(ValueOrKwargs::from(plain_copy(&d, 0, &mut budget)?))
-        }
+        Some(d) => Some(ValueOrKwargs::from(charged(|budget| {
+            plain_copy(&d, 0, budget)
+        })?)),
         None => None,
     };
     minijinja::functions::namespace(defaults)
