@@ -91,17 +91,16 @@ pub(crate) fn rope_table(
         )));
     }
     let token = x.len() / n;
-    let rotate = |(t, (o, xs)): (usize, (&mut [f32], &[f32]))| {
+    // `angles` is a per-thread buffer: one sine and cosine per pair for the token,
+    // shared by all its heads.
+    let rotate = |angles: &mut Vec<(f32, f32)>, (t, (o, xs)): (usize, (&mut [f32], &[f32]))| {
         o.copy_from_slice(xs);
         let pos = positions[t] as f32 * freq_scale;
-        // One sine and cosine per pair for the token, shared by all its heads.
-        let angles: Vec<(f32, f32)> = inv_freq
-            .iter()
-            .map(|&f| {
-                let (sin, cos) = (pos * f).sin_cos();
-                (sin * attn_factor, cos * attn_factor)
-            })
-            .collect();
+        angles.clear();
+        angles.extend(inv_freq.iter().map(|&f| {
+            let (sin, cos) = (pos * f).sin_cos();
+            (sin * attn_factor, cos * attn_factor)
+        }));
         for head in o.chunks_mut(head_dim) {
             for (i, &(sin, cos)) in angles.iter().enumerate() {
                 let (a, b) = match mode {
@@ -118,12 +117,13 @@ pub(crate) fn rope_table(
         out.par_chunks_mut(token)
             .zip(x.par_chunks(token))
             .enumerate()
-            .for_each(rotate);
+            .for_each_init(Vec::new, rotate);
     } else {
+        let mut angles = Vec::with_capacity(half);
         out.chunks_mut(token)
             .zip(x.chunks(token))
             .enumerate()
-            .for_each(rotate);
+            .for_each(|item| rotate(&mut angles, item));
     }
     Ok(())
 }
