@@ -14,8 +14,8 @@ use switchyard::backend::{
     WeightProvider,
 };
 use switchyard::cache::{
-    fingerprint, CacheBudget, CacheEntry, CacheStats, GraphCache, Phase, StepKey, WeightSource,
-    WeightStore,
+    fingerprint, CacheBudget, CacheEntry, CacheStats, GraphCache, Phase, StepArm, StepKey,
+    WeightSource, WeightStore,
 };
 use switchyard::graph::{DType, KeyHasher};
 
@@ -39,6 +39,7 @@ fn step(bucket: u32) -> StepKey {
         bucket,
         sequences: 1,
         backends: fingerprint(b"cpu"),
+        arm: StepArm::Baseline,
     }
 }
 

@@ -11,7 +11,7 @@ use switchyard::backend::{
     KvDType, KvLayout, SharedBytes, StepState, Tensor,
 };
 use switchyard::cache::{
-    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightSource,
+    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepArm, StepKey, WeightSource,
     WeightStore,
 };
 use switchyard::exec::Executor;
@@ -274,6 +274,7 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             bucket: n as u32,
             sequences: 1,
             backends: set.fingerprint(),
+            arm: StepArm::Baseline,
         };
         let context = CompileContext {
             backends: &set,

@@ -292,7 +292,7 @@ mod tests {
     use std::convert::Infallible;
 
     use super::*;
-    use crate::cache::{fingerprint, Phase};
+    use crate::cache::{fingerprint, Phase, StepArm};
 
     #[derive(Debug, PartialEq)]
     struct Entry {
@@ -313,6 +313,7 @@ mod tests {
             bucket,
             sequences: 1,
             backends: fingerprint(b"cpu"),
+            arm: StepArm::Baseline,
         }
     }
 

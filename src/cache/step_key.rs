@@ -1,7 +1,9 @@
-//! The cheap cache key: which model, which phase, which shape bucket, which backends.
-//! It finds a compiled executor without tracing the step.
+//! The cheap cache key: which model, which phase, which shape bucket, which backends,
+//! which co-execution arm. It finds a compiled executor without tracing the step.
 
 use serde::Serialize;
+
+use crate::backend::BackendId;
 
 /// Which kind of step a graph computes. Prefill and decode of the same bucket are
 /// different graphs.
@@ -11,6 +13,23 @@ pub enum Phase {
     Prefill,
     /// One new token per sequence.
     Decode,
+}
+
+/// Which plan of a step's graph an executor runs. Co-execution offers several plans for
+/// one graph, each compiled and cached under its own key; a typed field rather than a
+/// value folded into the backends' fingerprint, so that reports and tests can name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum StepArm {
+    /// The capability-greedy plan over every backend in the set.
+    Baseline,
+    /// The baseline with large linears split by rows across two backends, at the
+    /// calibrated ratios whose fingerprint `ratios` is (new ratios, new executors).
+    Split {
+        /// Fingerprint of the split ratios.
+        ratios: u64,
+    },
+    /// Every compute node on one backend.
+    Only(BackendId),
 }
 
 /// Identifies a step by what determines its graph, so that a decode loop can find its
@@ -29,6 +48,8 @@ pub struct StepKey {
     pub sequences: u32,
     /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
     pub backends: u64,
+    /// The plan the executor runs.
+    pub arm: StepArm,
 }
 
 /// A 64-bit fingerprint (XXH3) of `bytes`, for the fields of a [`StepKey`].
@@ -54,11 +75,48 @@ mod tests {
             bucket: 1,
             sequences: 1,
             backends: fingerprint(b"cpu"),
+            arm: StepArm::Baseline,
         };
         let prefill = StepKey {
             phase: Phase::Prefill,
             ..decode
         };
         assert_ne!(decode, prefill);
+    }
+
+    #[test]
+    fn each_arm_and_each_split_ratio_has_its_own_key() {
+        let baseline = StepKey {
+            model: fingerprint(b"m"),
+            phase: Phase::Prefill,
+            bucket: 64,
+            sequences: 1,
+            backends: fingerprint(b"cpu,gpu"),
+            arm: StepArm::Baseline,
+        };
+        let keys = [
+            baseline,
+            StepKey {
+                arm: StepArm::Only(BackendId(0)),
+                ..baseline
+            },
+            StepKey {
+                arm: StepArm::Only(BackendId(1)),
+                ..baseline
+            },
+            StepKey {
+                arm: StepArm::Split { ratios: 1 },
+                ..baseline
+            },
+            StepKey {
+                arm: StepArm::Split { ratios: 2 },
+                ..baseline
+            },
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }

@@ -57,15 +57,6 @@ impl Arm {
             Arm::Only(b) => backends.name_of(*b),
         }
     }
-
-    /// A tag folded into step keys so each arm has its own cached executor.
-    pub(super) fn tag(&self) -> u64 {
-        match self {
-            Arm::Baseline => 0,
-            Arm::Split => 1,
-            Arm::Only(b) => 0x100 + b.0 as u64,
-        }
-    }
 }
 
 /// Linears with fewer rows never split.
@@ -166,7 +157,7 @@ impl Coexec {
         arms.get(choice.arm.0).map(|&arm| (arm, choice.arm.0))
     }
 
-    /// A fingerprint of the calibrated ratios, folded into the split arm's step keys.
+    /// A fingerprint of the calibrated ratios, part of the split arm's step keys.
     pub fn split_signature(&self) -> u64 {
         let mut text = format!("fixed={:?};", self.fixed_rho);
         for c in self.table.iter().flat_map(|t| t.calibrations()) {

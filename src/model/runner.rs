@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, Segment, StepState, Tensor};
 use crate::cache::{
-    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepKey,
-    WeightStore,
+    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepArm,
+    StepKey, WeightStore,
 };
 use crate::coexec::{Clock, SystemClock};
 use crate::exec::Executor;
@@ -467,17 +467,19 @@ impl Runner {
         sequences: usize,
         arm: Arm,
     ) -> Result<Arc<Executor>, ModelError> {
-        let variant = match arm {
-            Arm::Baseline => 0,
-            Arm::Split => arm.tag() ^ self.coexec.split_signature(),
-            _ => arm.tag(),
-        };
         let step = StepKey {
             model: self.model_fingerprint,
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
-            backends: self.backends_fingerprint ^ variant.rotate_left(17),
+            backends: self.backends_fingerprint,
+            arm: match arm {
+                Arm::Baseline => StepArm::Baseline,
+                Arm::Split => StepArm::Split {
+                    ratios: self.coexec.split_signature(),
+                },
+                Arm::Only(b) => StepArm::Only(b),
+            },
         };
         let context = CompileContext {
             backends: &self.backends,

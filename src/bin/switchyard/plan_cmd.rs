@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use switchyard::backend::{BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor};
 use switchyard::cache::{
-    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepKey, WeightStore,
+    get_or_compile, CacheBudget, CompileContext, GraphCache, Phase, StepArm, StepKey, WeightStore,
 };
 use switchyard::graph::{eliminate_dead_code, DType};
 use switchyard::model::llama::trace_step;
@@ -137,6 +137,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
             bucket: n as u32,
             sequences: 1,
             backends: backends.fingerprint(),
+            arm: StepArm::Baseline,
         };
         let started = Instant::now();
         let executor = get_or_compile(&mut cache, &step, &context, || demo::block(n, DType::F32))?;
