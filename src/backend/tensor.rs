@@ -10,10 +10,17 @@ use half::{bf16, f16};
 use super::{BackendError, MemorySpace};
 use crate::graph::{DType, Shape};
 
-/// Owned bytes aligned to 8, so they can be viewed as `f32`, `i32`, `f16` or `bf16`.
+/// 64 bytes on a 64-byte boundary, the unit [`AlignedBytes`] allocates in.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+struct Line([u8; 64]);
+
+/// Owned bytes on a 64-byte boundary, so they can be viewed as `f32`, `i32`, `f16` or
+/// `bf16`, and so that no 512-bit access splits a cache line and threads writing
+/// disjoint 64-byte-multiple ranges of one buffer share no line.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AlignedBytes {
-    words: Vec<u64>,
+    lines: Vec<Line>,
     len: usize,
 }
 
@@ -21,7 +28,7 @@ impl AlignedBytes {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> AlignedBytes {
         AlignedBytes {
-            words: vec![0; len.div_ceil(8)],
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
             len,
         }
     }
@@ -35,12 +42,12 @@ impl AlignedBytes {
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        &bytemuck::cast_slice(&self.lines)[..self.len]
     }
 
     /// The bytes, mutably.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
     }
 
     /// Number of bytes.
@@ -340,5 +347,24 @@ pub struct ResidentWeight {
 impl std::fmt::Debug for ResidentWeight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ResidentWeight({:?}, {} bytes)", self.space, self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_bytes_start_on_a_cache_line_and_keep_their_length() {
+        for len in [0, 1, 63, 64, 65, 4 * 576, 196_608] {
+            let mut bytes = AlignedBytes::zeroed(len);
+            assert_eq!(bytes.len(), len);
+            assert!(bytes.as_bytes().iter().all(|&b| b == 0));
+            if len > 0 {
+                assert_eq!(bytes.as_bytes().as_ptr() as usize % 64, 0, "{len} bytes");
+                bytes.as_bytes_mut()[len - 1] = 7;
+                assert_eq!(AlignedBytes::copy_from(bytes.as_bytes()), bytes);
+            }
+        }
     }
 }
