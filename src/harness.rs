@@ -21,7 +21,7 @@ use crate::model::gguf::{self, GgufFile, Value};
 use crate::model::llama::{LlamaConfig, TensorRole};
 use crate::model::safetensors::{HfModel, SafetensorsFile, CONFIG_FILE, SINGLE_FILE};
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{Model, ModelError, Runner};
+use crate::model::{Model, ModelError};
 use crate::server::api::{self, Kind};
 
 /// A fuzz target: its name (the `fuzz/fuzz_targets/` file and corpus directory) and
@@ -143,13 +143,7 @@ fn step_once(model: Model) {
     let Ok(backends) = BackendSet::new(vec![Arc::new(cpu) as Arc<dyn Backend>]) else {
         return;
     };
-    let mut runner = Runner::new(
-        model.config,
-        model.weights,
-        model.fingerprint,
-        backends,
-        GGUF_CONTEXT,
-    );
+    let mut runner = model.runner(backends, GGUF_CONTEXT);
     let Ok(mut seq) = runner.new_sequence() else {
         return;
     };

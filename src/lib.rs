@@ -17,3 +17,4 @@ pub mod model;
 pub mod plan;
 pub mod sched;
 pub mod server;
+pub mod step;

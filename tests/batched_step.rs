@@ -5,19 +5,14 @@
 use std::sync::Arc;
 
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
-use switchyard::model::{fetch, Model, Runner, Sequence, Work, PREFILL_CHUNK};
+use switchyard::model::{fetch, Model};
+use switchyard::step::{Runner, Sequence, Work, PREFILL_CHUNK};
 
 const STEPS: usize = 20;
 
 fn runner(model: &Model) -> Runner {
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(None).unwrap())];
-    Runner::new(
-        model.config.clone(),
-        model.weights.clone(),
-        model.fingerprint,
-        BackendSet::new(backends).unwrap(),
-        1024,
-    )
+    model.runner(BackendSet::new(backends).unwrap(), 1024)
 }
 
 /// Sixteen prompts of different lengths; one is longer than a prefill chunk.

@@ -12,9 +12,9 @@ use switchyard::backend::{
     cpu::CpuBackend, sim::SimBackend, Backend, BackendId, BackendSet, DTypeSet,
 };
 use switchyard::graph::DType;
-use switchyard::model::{
-    fetch, gguf::GgufFile, llama::LlamaConfig, CoexecMode, GgufWeights, Runner,
-};
+use switchyard::model::LlamaStep;
+use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights};
+use switchyard::step::{CoexecMode, Runner};
 
 const STEPS: usize = 8;
 
@@ -31,8 +31,7 @@ fn runner(with_sim: bool, mode: CoexecMode) -> Runner {
         ));
     }
     Runner::new(
-        config,
-        Arc::new(GgufWeights(file)),
+        LlamaStep::new(config, Arc::new(GgufWeights(file))),
         1,
         BackendSet::new(backends).unwrap(),
         512,

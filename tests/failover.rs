@@ -17,8 +17,9 @@ use switchyard::backend::{
 use switchyard::cache::Phase;
 use switchyard::graph::DType;
 use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{fetch, generate, GenerateOptions, Model, Runner};
+use switchyard::model::{fetch, generate, GenerateOptions, Model};
 use switchyard::server::{Limits, ServerConfig};
+use switchyard::step::Runner;
 
 const STEPS: usize = 12;
 
@@ -36,13 +37,7 @@ fn backends(fault: Option<FaultKind>) -> BackendSet {
 }
 
 fn runner(model: &Model, fault: Option<FaultKind>) -> Runner {
-    Runner::new(
-        model.config.clone(),
-        model.weights.clone(),
-        model.fingerprint,
-        backends(fault),
-        512,
-    )
+    model.runner(backends(fault), 512)
 }
 
 fn model() -> Model {

@@ -10,7 +10,9 @@ use switchyard::graph::DType;
 use switchyard::model::gguf::{write_gguf, GgufFile, Value};
 use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::safetensors::{write_safetensors, HfModel};
-use switchyard::model::{GgufWeights, HfWeights, ModelWeights, Runner};
+use switchyard::model::LlamaStep;
+use switchyard::model::{GgufWeights, HfWeights, ModelWeights};
+use switchyard::step::Runner;
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -171,8 +173,8 @@ fn gguf_and_safetensors_give_the_same_logits_and_decode_compiles_once() {
 
     let gguf_weights: Arc<dyn ModelWeights> = Arc::new(GgufWeights(gguf));
     let hf_weights: Arc<dyn ModelWeights> = Arc::new(HfWeights(hf));
-    let mut gguf_runner = Runner::new(gguf_config, gguf_weights, 1, cpu(), 64);
-    let mut hf_runner = Runner::new(hf_config, hf_weights, 2, cpu(), 64);
+    let mut gguf_runner = Runner::new(LlamaStep::new(gguf_config, gguf_weights), 1, cpu(), 64);
+    let mut hf_runner = Runner::new(LlamaStep::new(hf_config, hf_weights), 2, cpu(), 64);
 
     let prompt = [3, 17, 42, 5, 88];
     let decode = [7, 61, 2, 95, 30, 12];
@@ -204,8 +206,18 @@ fn a_wrong_rope_layout_would_be_caught() {
     wrong.rope.mode = switchyard::graph::RopeMode::Neox;
     let hf = HfModel::open(&hf_dir).unwrap();
     let hf_config = LlamaConfig::from_hf(&hf).unwrap();
-    let mut wrong_runner = Runner::new(wrong, Arc::new(GgufWeights(gguf)), 1, cpu(), 64);
-    let mut hf_runner = Runner::new(hf_config, Arc::new(HfWeights(hf)), 2, cpu(), 64);
+    let mut wrong_runner = Runner::new(
+        LlamaStep::new(wrong, Arc::new(GgufWeights(gguf))),
+        1,
+        cpu(),
+        64,
+    );
+    let mut hf_runner = Runner::new(
+        LlamaStep::new(hf_config, Arc::new(HfWeights(hf))),
+        2,
+        cpu(),
+        64,
+    );
     let a = run(&mut wrong_runner, &[3, 17, 42, 5, 88], &[]);
     let b = run(&mut hf_runner, &[3, 17, 42, 5, 88], &[]);
     let diff = a[0]

@@ -16,8 +16,10 @@ use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, HostTensor, KvDT
 use switchyard::graph::{DType, OpKind};
 use switchyard::model::gguf::{write_gguf, GgufFile, Value};
 use switchyard::model::llama::{LlamaConfig, TensorRole};
-use switchyard::model::{CoexecMode, GgufWeights, ModelWeights, Runner};
+use switchyard::model::LlamaStep;
+use switchyard::model::{GgufWeights, ModelWeights};
 use switchyard::plan::Policy;
+use switchyard::step::{CoexecMode, Runner};
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -181,7 +183,7 @@ fn compare_plans(blocks: bool, kv_dtype: KvDType) {
     let decode = [7, 61, 2, 95, 30];
     let mut results = Vec::new();
     for (name, set) in sets {
-        let mut runner = Runner::new(config.clone(), weights.clone(), 1, set, 64)
+        let mut runner = Runner::new(LlamaStep::new(config.clone(), weights.clone()), 1, set, 64)
             .with_policy(policy.clone())
             .with_kv_dtype(kv_dtype)
             .with_calibration_file(None)

@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
-use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights, Runner};
+use switchyard::model::LlamaStep;
+use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights};
+use switchyard::step::Runner;
 
 const STEPS: usize = 8;
 
@@ -47,8 +49,7 @@ fn default_model_greedy_tokens_are_the_same_on_cpu_and_gpu() {
     let runner = |backends: Vec<Arc<dyn Backend>>| {
         let file = GgufFile::open(&path).unwrap();
         Runner::new(
-            config.clone(),
-            Arc::new(GgufWeights(file)),
+            LlamaStep::new(config.clone(), Arc::new(GgufWeights(file))),
             1,
             BackendSet::new(backends).unwrap(),
             512,

@@ -15,7 +15,7 @@ use serde_json::Value;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, HostTensor, KvDType, SharedBytes};
 use switchyard::graph::DType;
 use switchyard::model::safetensors::write_safetensors;
-use switchyard::model::{Model, Runner};
+use switchyard::model::Model;
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 const MIN_MARGIN: f64 = 0.5;
@@ -128,14 +128,7 @@ fn run_fixture(fixture: &Value, kv: KvDType, tolerance: f32) -> Result<f32, Stri
     let dir = tempfile::tempdir().unwrap();
     write_model(fixture, dir.path());
     let model = Model::open(dir.path()).map_err(|e| e.to_string())?;
-    let mut runner = Runner::new(
-        model.config.clone(),
-        model.weights.clone(),
-        model.fingerprint,
-        cpu(),
-        128,
-    )
-    .with_kv_dtype(kv);
+    let mut runner = model.runner(cpu(), 128).with_kv_dtype(kv);
     let forced: Vec<u32> = fixture["forced"]
         .as_array()
         .unwrap()

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use reference_support::{argmax, ids, top10_diff};
 use serde_json::Value;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
-use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights, Runner};
+use switchyard::model::LlamaStep;
+use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights};
+use switchyard::step::Runner;
 
 fn reference() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -25,8 +27,7 @@ fn runner() -> Runner {
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None).unwrap());
     Runner::new(
-        config,
-        Arc::new(GgufWeights(file)),
+        LlamaStep::new(config, Arc::new(GgufWeights(file))),
         1,
         BackendSet::new(vec![cpu]).unwrap(),
         512,

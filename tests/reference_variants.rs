@@ -21,7 +21,9 @@ use reference_support::{argmax, ids, top10_diff};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
-use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights, Runner};
+use switchyard::model::LlamaStep;
+use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights};
+use switchyard::step::Runner;
 
 /// Bounds of one variant, from the reference README.
 struct Bounds {
@@ -77,8 +79,7 @@ fn check(format: &str, path: &Path, reference: &Value, b: &Bounds) -> Vec<String
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None).unwrap());
     let mut runner = Runner::new(
-        config,
-        Arc::new(GgufWeights(file)),
+        LlamaStep::new(config, Arc::new(GgufWeights(file))),
         1,
         BackendSet::new(vec![cpu]).unwrap(),
         512,

@@ -7,21 +7,14 @@ use std::sync::Arc;
 
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{
-    fetch, generate, FinishReason, GenerateOptions, Generation, Model, Runner,
-};
+use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
+use switchyard::step::Runner;
 
 fn load() -> (Model, Runner) {
     let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(CpuBackend::new(None).unwrap())];
-    let runner = Runner::new(
-        model.config.clone(),
-        model.weights.clone(),
-        model.fingerprint,
-        BackendSet::new(backends).unwrap(),
-        1024,
-    );
+    let runner = model.runner(BackendSet::new(backends).unwrap(), 1024);
     (model, runner)
 }
 

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::stats::Summary;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{ModelError, Runner, Work};
+use crate::model::ModelError;
+use crate::step::{Runner, Work};
 
 /// Prompt length before the decode steps of a `tg` test.
 pub const TG_PROMPT_TOKENS: usize = 128;

@@ -190,6 +190,23 @@ impl ModelError {
     }
 }
 
+impl From<crate::step::StepError> for ModelError {
+    /// The same failure, variant for variant: the caller's mistakes stay the caller's.
+    fn from(e: crate::step::StepError) -> ModelError {
+        use crate::step::StepError;
+        match e {
+            StepError::Input(detail) => ModelError::Input(detail),
+            StepError::ContextFull { needed, context } => {
+                ModelError::ContextFull { needed, context }
+            }
+            StepError::Internal(detail) => ModelError::Internal(detail),
+            StepError::Compile(e) => ModelError::Compile(e),
+            StepError::Run(e) => ModelError::Run(e),
+            StepError::Backend(e) => ModelError::Backend(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

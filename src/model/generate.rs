@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::sampler::Sampler;
 use super::tokenizer::Tokenizer;
-use super::{ModelError, Runner, Sequence};
+use super::ModelError;
+use crate::step::{Runner, Sequence};
 
 /// What to generate and when to stop.
 #[derive(Clone, Debug, Default)]

@@ -1,16 +1,14 @@
-//! Model files, tokenizers, tracing and generation.
+//! Model files, tokenizers, tracing, sampling and generation. Stepping a traced model
+//! (sequences, batches, co-execution arms, step keys) is `crate::step`'s.
 
-mod coexec;
 mod error;
 mod generate;
 mod hf_chat;
 mod loader;
 mod mapped;
-mod runner;
-mod runner_arms;
-mod runner_failover;
 #[cfg(test)]
 mod special_tokens_tests;
+mod step_model;
 mod weights;
 
 pub mod chat_template;
@@ -21,15 +19,11 @@ pub mod safetensors;
 pub mod sampler;
 pub mod tokenizer;
 
-pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use error::ModelError;
 pub use generate::{
     generate, generate_after, Decoding, FinishReason, GenerateOptions, Generation, OnPiece,
     Timings, TokenLogprobs, TopLogit, TopLogprob,
 };
 pub use loader::Model;
-pub use runner::{
-    ModelWeights, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
-};
-pub use runner_failover::Failover;
-pub use weights::{GgufWeights, HfWeights};
+pub use step_model::LlamaStep;
+pub use weights::{GgufWeights, HfWeights, ModelWeights};

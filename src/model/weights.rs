@@ -10,6 +10,11 @@ use super::llama::{TensorRole, WeightInfo};
 use super::safetensors::HfModel;
 use super::ModelError;
 
+/// A model's tensors: both their declared shapes (for tracing) and their bytes.
+pub trait ModelWeights: WeightInfo + WeightSource {}
+
+impl<T: WeightInfo + WeightSource> ModelWeights for T {}
+
 /// The tensors of a GGUF file, named the GGUF way.
 pub struct GgufWeights(pub GgufFile);
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::backend::KV_BLOCK;
 use crate::cache::fingerprint;
-use crate::model::Sequence;
+use crate::step::Sequence;
 
 /// A remembered prefix.
 struct Entry {

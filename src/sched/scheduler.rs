@@ -5,10 +5,8 @@
 use super::prefix::{PrefixCache, PrefixStats};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{
-    Decoding, GenerateOptions, Generation, ModelError, Runner, Sequence, TokenLogprobs, Work,
-    MAX_STEP_TOKENS, PREFILL_CHUNK,
-};
+use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
+use crate::step::{Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
 
 /// How much the scheduler runs at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,10 +18,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{GateSnapshot, Metrics};
 use crate::model::sampler::SamplerConfig;
-use crate::model::{
-    FinishReason, GenerateOptions, Generation, Model, ModelError, Runner, TokenLogprobs,
-};
+use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, TokenLogprobs};
 use crate::sched::{self, Failure, Fit, Limits, Request, Scheduler};
+use crate::step::Runner;
 
 /// How often an idle engine looks at the shutdown flag.
 const IDLE_POLL: Duration = Duration::from_millis(100);

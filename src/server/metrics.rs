@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::cache::CacheStats;
-use crate::model::{FinishReason, PhaseStats};
+use crate::model::FinishReason;
 use crate::sched::PrefixStats;
+use crate::step::PhaseStats;
 
 /// Upper bounds (seconds) of the time-to-first-token buckets.
 const TTFT_BUCKETS: [f64; 12] = [

@@ -22,8 +22,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::model::{Model, Runner};
+use crate::model::Model;
 pub use crate::sched::Limits;
+use crate::step::Runner;
 
 /// Generations stepped together unless told otherwise.
 pub const DEFAULT_PARALLEL: usize = 16;

@@ -17,7 +17,8 @@ use switchyard::bench::env::{CallerFacts, EnvStamp};
 use switchyard::bench::fairness::{run_arms, FairnessConfig};
 use switchyard::bench::llm::{argmax, bench_prompt};
 use switchyard::bench::report::{markdown, write_outputs};
-use switchyard::model::{fetch, CoexecMode, Model, Runner};
+use switchyard::model::{fetch, Model};
+use switchyard::step::{CoexecMode, Runner};
 
 use crate::model_args::{backend_set, ModelArgs};
 
@@ -122,15 +123,10 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
         if name != "cpu" && gpu.is_none() {
             bail!("arm {name} needs a GPU, and --backends {spec} found none (a software one needs --backends cpu,gpu)");
         }
-        let runner = Runner::new(
-            model.config.clone(),
-            model.weights.clone(),
-            model.fingerprint,
-            set.clone(),
-            ctx,
-        )
-        .with_kv_dtype(kv)
-        .with_coexec(mode);
+        let runner = model
+            .runner(set.clone(), ctx)
+            .with_kv_dtype(kv)
+            .with_coexec(mode);
         runners.push((name.clone(), runner));
     }
     let file_bytes = std::fs::metadata(&path)?.len();

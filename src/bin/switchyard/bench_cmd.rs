@@ -121,7 +121,7 @@ struct ModelReport {
 }
 
 /// Largest `--batch` size: one step's tokens must fit a batched step.
-const MAX_BENCH_BATCH: usize = switchyard::model::MAX_STEP_TOKENS;
+const MAX_BENCH_BATCH: usize = switchyard::step::MAX_STEP_TOKENS;
 
 /// Most `--reps` (each a whole run of every test).
 const MAX_REPS: usize = 1000;

@@ -8,9 +8,8 @@ use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::{
-    generate, BucketGate, Failover, GenerateOptions, Generation, PhaseStats, Placed,
-};
+use switchyard::model::{generate, GenerateOptions, Generation};
+use switchyard::step::{BucketGate, Failover, PhaseStats, Placed};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;

@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 
 use switchyard::backend::fault::{self, FaultSpec};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KvDType};
-use switchyard::model::{fetch, CoexecMode, Model, Runner};
+use switchyard::model::{fetch, Model};
+use switchyard::step::{CoexecMode, Runner};
 
 /// KV cache element type, as a flag value.
 #[derive(Clone, Copy, ValueEnum)]
@@ -114,15 +115,10 @@ impl ModelArgs {
         }
         let ctx = self.ctx.min(model.config.context_length);
         let kv_dtype = self.kv_dtype();
-        let runner = Runner::new(
-            model.config.clone(),
-            model.weights.clone(),
-            model.fingerprint,
-            self.backend_set()?,
-            ctx,
-        )
-        .with_kv_dtype(kv_dtype)
-        .with_coexec(self.coexec.into());
+        let runner = model
+            .runner(self.backend_set()?, ctx)
+            .with_kv_dtype(kv_dtype)
+            .with_coexec(self.coexec.into());
         Ok((model, runner))
     }
 }

@@ -15,8 +15,9 @@ use switchyard::cache::{
 };
 use switchyard::graph::{eliminate_dead_code, DType};
 use switchyard::model::llama::trace_step;
-use switchyard::model::{Model, PREFILL_CHUNK};
+use switchyard::model::Model;
 use switchyard::plan::{self, Policy};
+use switchyard::step::PREFILL_CHUNK;
 
 use crate::demo;
 use crate::model_args::ModelArgs;

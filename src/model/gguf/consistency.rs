@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use super::metadata::Metadata;
 use super::value::Value;
 use super::{GgufFile, TensorInfo};
-use crate::model::{ModelError, PREFILL_CHUNK};
+use crate::model::ModelError;
+use crate::step::PREFILL_CHUNK;
 
 /// Bytes per cached key or value element in the widest KV cache (f32).
 const KV_ELEM_BYTES: usize = 4;

@@ -9,7 +9,7 @@ pub mod rope;
 mod trace;
 
 pub use config::SUPPORTED_ARCHITECTURES;
-pub use trace::{check_tensors_used, inputs, trace_batch, trace_step, WeightInfo};
+pub use trace::{check_tensors_used, trace_batch, trace_step, WeightInfo};
 
 use crate::graph::RopeMode;
 

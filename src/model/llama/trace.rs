@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use super::{Family, FfnActivation, LlamaConfig, RopeParams, TensorRole};
 use crate::graph::Op;
+use crate::step::inputs;
 
 /// Declared dtype and shape of a weight, as the model file has it.
 pub trait WeightInfo {
@@ -17,16 +18,6 @@ pub trait WeightInfo {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)>;
     /// The tensor name in the file for a role.
     fn name(&self, role: TensorRole) -> String;
-}
-
-/// Inputs of a traced step, bound by these names.
-pub mod inputs {
-    /// Token ids, `[n] i32`.
-    pub const TOKENS: &str = "tokens";
-    /// Absolute positions, `[n] i32`.
-    pub const POSITIONS: &str = "positions";
-    /// Indices of the rows whose logits are returned, `[n_logits] i32`.
-    pub const LOGITS_ROW: &str = "logits_row";
 }
 
 /// Traces one step of `n_tokens` tokens of one sequence; the output is the logits

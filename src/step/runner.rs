@@ -15,8 +15,7 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::llama::{inputs, trace_batch, LlamaConfig, WeightInfo};
-use super::ModelError;
+use super::{inputs, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
 pub const PREFILL_CHUNK: usize = 64;
@@ -32,16 +31,10 @@ pub struct Work<'s> {
     pub tokens: &'s [u32],
 }
 
-/// A model's tensors: both their declared shapes (for tracing) and their bytes.
-pub trait ModelWeights: WeightInfo + crate::cache::WeightSource {}
-
-impl<T: WeightInfo + crate::cache::WeightSource> ModelWeights for T {}
-
 /// Compiles and runs steps of one model on one set of backends, for one sequence or a
 /// batch of them. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
-    pub(super) config: LlamaConfig,
-    pub(super) weights: Arc<dyn ModelWeights>,
+    pub(super) model: Arc<dyn StepModel>,
     pub(super) model_fingerprint: u64,
     pub(super) backends: BackendSet,
     /// Fingerprint of `backends`, computed once: every step key carries it.
@@ -108,9 +101,9 @@ impl Sequence {
 
     /// A sequence holding this one's first `len` positions, sharing their KV blocks
     /// (a cached prompt prefix, or a chat's history); `len` at most [`Sequence::len`].
-    pub fn fork(&mut self, len: usize) -> Result<Sequence, ModelError> {
+    pub fn fork(&mut self, len: usize) -> Result<Sequence, StepError> {
         if len > self.len() {
-            return Err(ModelError::Internal(format!(
+            return Err(StepError::Internal(format!(
                 "cannot fork {len} positions of a sequence holding {}",
                 self.len()
             )));
@@ -136,23 +129,22 @@ impl Sequence {
 }
 
 impl Runner {
-    /// A runner for a model of `config` whose tensors come from `weights`, with room for
-    /// `context` positions per sequence, at most the model's `context_length` (which
-    /// bounds where the model's math is exact, e.g. `longrope`).
+    /// A runner for `model` (whose config and weight layout `model_fingerprint`
+    /// identifies, for step keys) on `backends`, with room for `context` positions per
+    /// sequence, at most the model's `context_length` (which bounds where the model's
+    /// math is exact, e.g. `longrope`).
     pub fn new(
-        config: LlamaConfig,
-        weights: Arc<dyn ModelWeights>,
+        model: Arc<dyn StepModel>,
         model_fingerprint: u64,
         backends: BackendSet,
         context: usize,
     ) -> Runner {
-        let store = WeightStore::new(weights.clone());
+        let store = WeightStore::new(model.weights());
         let policy = Policy::default();
         let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
-        let context = context.min(config.context_length);
+        let context = context.min(model.context_length());
         Runner {
-            config,
-            weights,
+            model,
             model_fingerprint,
             backends_fingerprint: backends.fingerprint(),
             backends,
@@ -178,8 +170,8 @@ impl Runner {
         self
     }
 
-    /// The same runner keeping split calibrations in `file` (`None`: in memory only)
-    /// instead of `$SWITCHYARD_HOME/calibration.json`.
+    /// The same runner keeping split calibrations in `file` (`None`, the default: in
+    /// memory only; [`crate::model::Model::runner`] gives `$SWITCHYARD_HOME/calibration.json`).
     pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
         self.coexec.table_file = file;
         self
@@ -241,11 +233,12 @@ impl Runner {
     /// The KV layout of this runner's sequences: the context plus one padded prefill
     /// chunk, so a padded tail never overflows it.
     fn kv_layout(&self) -> KvLayout {
+        let shape = self.model.kv_shape();
         KvLayout {
-            n_layers: self.config.n_layers,
+            n_layers: shape.n_layers,
             capacity: self.context + PREFILL_CHUNK,
-            n_kv_heads: self.config.n_kv_heads,
-            head_dim: self.config.head_dim,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
             dtype: self.kv_dtype,
         }
     }
@@ -253,11 +246,6 @@ impl Runner {
     /// How new sequences store keys and values.
     pub fn kv_dtype(&self) -> KvDType {
         self.kv_dtype
-    }
-
-    /// The model's hyper-parameters.
-    pub fn config(&self) -> &LlamaConfig {
-        &self.config
     }
 
     /// Most positions (prompt + generated tokens) one sequence holds.
@@ -272,7 +260,7 @@ impl Runner {
 
     /// A new, empty sequence. Its KV cache has room for the context plus one padded
     /// prefill chunk, so a padded tail never overflows it.
-    pub fn new_sequence(&self) -> Result<Sequence, ModelError> {
+    pub fn new_sequence(&self) -> Result<Sequence, StepError> {
         Ok(Sequence {
             kv: KvCache::new(self.kv_layout())?,
             tokens: Vec::new(),
@@ -282,7 +270,7 @@ impl Runner {
 
     /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
-    pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+    pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, StepError> {
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
         let mut logits = Vec::new();
@@ -297,7 +285,7 @@ impl Runner {
         Ok(logits)
     }
 
-    fn run_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<Vec<f32>, ModelError> {
+    fn run_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<Vec<f32>, StepError> {
         let (phase, bucket) = if chunk.len() == 1 {
             (Phase::Decode, 1)
         } else {
@@ -339,16 +327,16 @@ impl Runner {
     /// arms). Several run on the fallback backend alone, since GPU attention reads one
     /// sequence's cache per step; their tokens together may be at most
     /// [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
-    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<Vec<Vec<f32>>, StepError> {
         if let [one] = work {
             return Ok(vec![self.forward(one.seq, one.tokens)?]);
         }
         if work.is_empty() {
-            return Err(ModelError::internal("no sequences to evaluate"));
+            return Err(StepError::internal("no sequences to evaluate"));
         }
         let total: usize = work.iter().map(|w| w.tokens.len()).sum();
         if total > MAX_STEP_TOKENS {
-            return Err(ModelError::Internal(format!(
+            return Err(StepError::Internal(format!(
                 "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
             )));
         }
@@ -406,12 +394,12 @@ impl Runner {
         let mut state = StepState::batch(segments)?;
         let outputs = executor.run(&step_inputs, &mut state);
         drop(state);
-        let outputs = match outputs.map_err(ModelError::from) {
+        let outputs = match outputs.map_err(StepError::from) {
             Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
             outputs => outputs?,
         };
         let logits = outputs[0].to_f32_vec()?;
-        let vocab = self.config.vocab_size;
+        let vocab = self.model.vocab_size();
         for w in work.iter_mut() {
             w.seq.tokens.extend_from_slice(w.tokens);
         }
@@ -438,20 +426,20 @@ impl Runner {
     }
 
     /// Refuses `tokens` that are empty, overflow `seq`'s context or leave the vocabulary.
-    fn check_tokens(&self, seq: &Sequence, tokens: &[u32]) -> Result<(), ModelError> {
+    fn check_tokens(&self, seq: &Sequence, tokens: &[u32]) -> Result<(), StepError> {
         if tokens.is_empty() {
-            return Err(ModelError::Input("no tokens to evaluate".into()));
+            return Err(StepError::Input("no tokens to evaluate".into()));
         }
         let needed = seq.len().saturating_add(tokens.len());
         if needed > seq.context {
-            return Err(ModelError::ContextFull {
+            return Err(StepError::ContextFull {
                 needed,
                 context: seq.context,
             });
         }
-        let vocab = self.config.vocab_size as u32;
+        let vocab = self.model.vocab_size() as u32;
         if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
-            return Err(ModelError::Input(format!(
+            return Err(StepError::Input(format!(
                 "token id {bad} is outside the vocabulary of {vocab}"
             )));
         }
@@ -466,7 +454,7 @@ impl Runner {
         bucket: usize,
         sequences: usize,
         arm: Arm,
-    ) -> Result<Arc<Executor>, ModelError> {
+    ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
             model: self.model_fingerprint,
             phase,
@@ -486,12 +474,11 @@ impl Runner {
             policy: &self.policy,
             weights: &self.store,
         };
-        let (config, weights) = (&self.config, &self.weights);
+        let model = &self.model;
         let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let graph =
-                eliminate_dead_code(&trace_batch(config, weights.as_ref(), bucket, sequences)?);
+            let graph = eliminate_dead_code(&model.trace(bucket, sequences)?);
             coexec::plan_arm(&graph, arm, backends, policy, coexec)
         })?;
         let after = self.cache.stats();

@@ -8,8 +8,7 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::partition;
 
 use super::coexec::{self, Arm, CoexecMode};
-use super::llama::trace_step;
-use super::{ModelError, Runner, PREFILL_CHUNK};
+use super::{Runner, StepError, PREFILL_CHUNK};
 
 impl Runner {
     /// Which arm runs this step, and its index in the bucket's gate when the gate chose.
@@ -17,7 +16,7 @@ impl Runner {
         &mut self,
         phase: Phase,
         bucket: u32,
-    ) -> Result<(Arm, Option<usize>), ModelError> {
+    ) -> Result<(Arm, Option<usize>), StepError> {
         let mode = self.coexec.mode;
         if mode == CoexecMode::Off || self.coexec.pair.is_none() {
             return Ok((Arm::Baseline, None));
@@ -46,10 +45,8 @@ impl Runner {
     /// single-backend plan that can run the whole step and differs from the baseline.
     /// Memory pressure when the weights in every space the arms use exceed the memory
     /// available.
-    fn arms(&self, phase: Phase, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), ModelError> {
-        let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(CompileError::from)?,
-        );
+    fn arms(&self, phase: Phase, bucket: usize) -> Result<(Vec<Arm>, MemoryPressure), StepError> {
+        let graph = eliminate_dead_code(&self.model.trace(bucket, 1).map_err(CompileError::from)?);
         let baseline = partition(&graph, &self.backends.capabilities(), &self.policy)
             .map_err(CompileError::from)?;
         let mut arms = vec![Arm::Baseline];
@@ -78,7 +75,7 @@ impl Runner {
         force: bool,
         reps: u32,
         progress: &mut dyn FnMut(&SplitKey, usize, usize),
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), StepError> {
         let Some(pair) = self.coexec.pair else {
             return Ok(());
         };
@@ -87,9 +84,7 @@ impl Runner {
         {
             return Ok(());
         }
-        let graph = eliminate_dead_code(
-            &trace_step(&self.config, self.weights.as_ref(), bucket).map_err(CompileError::from)?,
-        );
+        let graph = eliminate_dead_code(&self.model.trace(bucket, 1).map_err(CompileError::from)?);
         let Some(rule) = coexec::rule(&self.backends, pair) else {
             return Ok(());
         };
@@ -135,7 +130,7 @@ impl Runner {
         &mut self,
         reps: u32,
         progress: &mut dyn FnMut(&SplitKey, usize, usize),
-    ) -> Result<Option<&CalibrationTable>, ModelError> {
+    ) -> Result<Option<&CalibrationTable>, StepError> {
         let mut bucket = PREFILL_CHUNK;
         while bucket >= coexec::MIN_SPLIT_ROWS {
             self.ensure_calibrated(bucket, true, reps, progress)?;

@@ -11,7 +11,7 @@ use crate::backend::{BackendError, BackendId};
 use crate::cache::{CompileError, Phase};
 use crate::exec::ExecError;
 
-use super::{ModelError, Runner, Sequence};
+use super::{Runner, Sequence, StepError};
 
 /// A backend the runner dropped after it failed, and what that cost.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -44,7 +44,7 @@ impl Runner {
 
     /// When `error` is a device failure of a backend that is not the fallback, drops
     /// that backend and returns true: the caller re-runs the step. Otherwise false.
-    pub(super) fn fail_over(&mut self, error: &ModelError, phase: Phase) -> bool {
+    pub(super) fn fail_over(&mut self, error: &StepError, phase: Phase) -> bool {
         let Some(lost) = self.failed_device(error) else {
             return false;
         };
@@ -73,9 +73,9 @@ impl Runner {
     }
 
     /// The backend whose device error `error` is, when it is one the runner can drop.
-    fn failed_device(&self, error: &ModelError) -> Option<BackendId> {
+    fn failed_device(&self, error: &StepError) -> Option<BackendId> {
         let exec = match error {
-            ModelError::Run(e) | ModelError::Compile(CompileError::Exec(e)) => e,
+            StepError::Run(e) | StepError::Compile(CompileError::Exec(e)) => e,
             _ => return None,
         };
         let names: [&str; 2] = match exec {
@@ -100,7 +100,7 @@ impl Runner {
 
     /// Recomputes `seq` from its tokens when its newest KV rows were on a backend that
     /// is gone; a no-op otherwise.
-    pub(super) fn heal(&mut self, seq: &mut Sequence) -> Result<(), ModelError> {
+    pub(super) fn heal(&mut self, seq: &mut Sequence) -> Result<(), StepError> {
         let backends = &self.backends;
         let live = |space| {
             backends

@@ -15,14 +15,14 @@ use serde::Serialize;
 use crate::backend::{BackendId, BackendSet, StepState, Tensor};
 use crate::cache::{CompileError, WeightStore};
 use crate::coexec::{
-    calibrate, split_graph, split_key, table_path, Calibration, CalibrationTable, Clock, Gate,
-    GateConfig, GateReport, HardwareFingerprint, LoadStatus, MemoryPressure, SplitKey, SplitRule,
+    calibrate, split_graph, split_key, Calibration, CalibrationTable, Clock, Gate, GateConfig,
+    GateReport, HardwareFingerprint, LoadStatus, MemoryPressure, SplitKey, SplitRule,
 };
 use crate::exec::Executor;
 use crate::graph::{DType, Graph, GraphBuilder, Op, OpKind};
 use crate::plan::{partition, partition_pinned, Pins, Placement, Plan, Policy};
 
-use super::ModelError;
+use super::StepError;
 
 /// How prefill may use a second backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -102,7 +102,7 @@ impl Coexec {
             mode: CoexecMode::Off,
             pair: other.map(|b| (fallback, b)),
             table: None,
-            table_file: calibration_path(),
+            table_file: None,
             fixed_rho: None,
             gates: BTreeMap::new(),
             calibrated: Default::default(),
@@ -143,9 +143,9 @@ impl Coexec {
         arms: Vec<Arm>,
         names: Vec<String>,
         pressure: MemoryPressure,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), StepError> {
         let gate = Gate::new(names, 0, GateConfig::fusionml(pressure))
-            .map_err(|e| ModelError::Internal(format!("co-execution gate: {e}")))?;
+            .map_err(|e| StepError::Internal(format!("co-execution gate: {e}")))?;
         self.gates.insert(bucket, (arms, gate));
         Ok(())
     }
@@ -244,13 +244,6 @@ impl Coexec {
             }
         }
     }
-}
-
-/// Where calibrations persist by default: `$SWITCHYARD_HOME/calibration.json`.
-fn calibration_path() -> Option<PathBuf> {
-    super::fetch::switchyard_home()
-        .ok()
-        .map(|home| table_path(&home))
 }
 
 /// The machine's fingerprint: the CPU's and the other backend's detected versions.
@@ -377,16 +370,16 @@ pub(super) fn calibrate_shape(
     clock: &dyn Clock,
     reps: std::num::NonZeroU32,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<Calibration, ModelError> {
+) -> Result<Calibration, StepError> {
     let (k, n) = (key.k() as usize, key.n() as usize);
     let mut b = GraphBuilder::new();
-    let graph_error = |e| ModelError::from(CompileError::from(e));
+    let graph_error = |e| StepError::from(CompileError::from(e));
     let x = b.input("x", DType::F32, [m, k]).map_err(graph_error)?;
     let w = b.weight(name, key.dtype(), [n, k]).map_err(graph_error)?;
     let y = b.matmul(x, w).map_err(graph_error)?;
     let graph = b.finish(vec![y]).map_err(graph_error)?;
     let rule = rule(backends, key.pair())
-        .ok_or_else(|| ModelError::internal("co-execution pair is missing"))?;
+        .ok_or_else(|| StepError::internal("co-execution pair is missing"))?;
     let policy = Policy {
         min_run: 0,
         ..Policy::default()
@@ -395,7 +388,7 @@ pub(super) fn calibrate_shape(
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
     let input = Tensor::from_f32([m, k], &values)?;
-    let measure = |rho: u16| -> Result<Duration, ModelError> {
+    let measure = |rho: u16| -> Result<Duration, StepError> {
         let split = split_graph(&graph, &rule, |_| Some(rho)).map_err(graph_error)?;
         let mut pins = split.pins;
         if split.splits.is_empty() {

@@ -1,0 +1,18 @@
+//! Runs one model's steps: sequences and their KV caches, single and batched steps
+//! through the graph cache under typed step keys, the co-execution arms and their gates,
+//! and failover when a backend dies. Model-agnostic: it runs whatever graphs a
+//! [`StepModel`] traces, so `crate::model` keeps files, tokenizers, tracing and
+//! sampling, and `crate::sched` decides which sequences step together.
+
+mod arms;
+mod coexec;
+mod error;
+mod failover;
+mod model;
+mod runner;
+
+pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
+pub use error::StepError;
+pub use failover::Failover;
+pub use model::{inputs, KvShape, StepModel};
+pub use runner::{PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
