@@ -171,7 +171,8 @@ impl Runner {
     }
 
     /// The same runner keeping split calibrations in `file` (`None`, the default: in
-    /// memory only; [`crate::model::Model::runner`] gives `$SWITCHYARD_HOME/calibration.json`).
+    /// memory only; `crate::model`'s `Model::runner` gives
+    /// `$SWITCHYARD_HOME/calibration.json`).
     pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
         self.coexec.table_file = file;
         self
