@@ -1,4 +1,4 @@
-//! `switchyard bench --arms cpu,gpu,split,gate` on the default model and this machine's
+//! `switchyard bench --arms cpu,cpu2,gpu,split,gate` on the default model and this machine's
 //! GPU (lavapipe in CI), at the smallest sizes that still split a linear: it must write
 //! the JSON, markdown and SVG with every arm, and record its seed and round orders.
 #![cfg(feature = "gpu")]
@@ -22,7 +22,7 @@ fn arms_bench_writes_json_markdown_and_svg_for_every_arm() {
         .args([
             "bench",
             "--arms",
-            "cpu,gpu,split,gate",
+            "cpu,cpu2,gpu,split,gate",
             "--backends",
             "cpu,gpu",
         ])
@@ -52,7 +52,7 @@ fn arms_bench_writes_json_markdown_and_svg_for_every_arm() {
     let markdown = std::fs::read_to_string(prefix.with_extension("md")).unwrap();
     assert_eq!(json["seed"], 3);
     assert_eq!(json["rounds"].as_array().unwrap().len(), 1);
-    for arm in ["cpu", "gpu", "split", "gate"] {
+    for arm in ["cpu", "cpu2", "gpu", "split", "gate"] {
         assert!(
             table.contains(arm) && markdown.contains(arm) && svg.contains(arm),
             "{arm} missing"

@@ -114,13 +114,13 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
     let mut runners = Vec::new();
     for name in req.arms {
         let (set, mode): (&BackendSet, CoexecMode) = match name.as_str() {
-            "cpu" => (&cpu_set, CoexecMode::Off),
+            "cpu" | "cpu2" => (&cpu_set, CoexecMode::Off),
             "gpu" => (&gpu_set, CoexecMode::Off),
             "split" => (&gpu_set, CoexecMode::Split),
             "gate" => (&gpu_set, CoexecMode::Gate),
-            other => bail!("unknown arm {other:?} (arms: cpu, gpu, split, gate)"),
+            other => bail!("unknown arm {other:?} (arms: cpu, cpu2, gpu, split, gate)"),
         };
-        if name != "cpu" && gpu.is_none() {
+        if !is_cpu_only(name) && gpu.is_none() {
             bail!("arm {name} needs a GPU, and --backends {spec} found none (a software one needs --backends cpu,gpu)");
         }
         let runner = model
@@ -130,7 +130,7 @@ pub fn run(req: &ArmsRequest<'_>) -> Result<()> {
         runners.push((name.clone(), runner));
     }
     let file_bytes = std::fs::metadata(&path)?.len();
-    let gpu_arms = req.arms.iter().filter(|a| a.as_str() != "cpu").count() as u64;
+    let gpu_arms = req.arms.iter().filter(|a| !is_cpu_only(a)).count() as u64;
     let mut kv_bytes = 0u64;
     for (_, runner) in &runners {
         kv_bytes += runner.new_sequence()?.kv_capacity_bytes() as u64;
@@ -197,4 +197,9 @@ fn sample(runner: &mut Runner, prompt: &[u32], gen_tokens: usize) -> Result<Samp
         decode: started.elapsed(),
         decode_tokens: gen_tokens,
     })
+}
+
+/// Whether arm `name` runs on the CPU alone (`cpu`, and `cpu2`, its A/A control).
+fn is_cpu_only(name: &str) -> bool {
+    matches!(name, "cpu" | "cpu2")
 }

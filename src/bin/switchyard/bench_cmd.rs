@@ -60,9 +60,11 @@ pub struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Compare execution arms under the fairness protocol instead: any of `cpu` (CPU
-    /// only), `gpu` (the GPU plan), `split` (prefill linears row-split across CPU and
-    /// GPU), `gate` (the no-regression gate). Times the first --prompt-tokens prompt
-    /// (time to first token) and --gen-tokens decode steps per run.
+    /// only), `cpu2` (a second CPU-only runner: an A/A control whose ratio to `cpu`
+    /// shows the benchmark's own noise floor), `gpu` (the GPU plan), `split` (prefill
+    /// linears row-split across CPU and GPU), `gate` (the no-regression gate). Times the
+    /// first --prompt-tokens prompt (time to first token) and --gen-tokens decode steps
+    /// per run.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     arms: Vec<String>,
     /// With --arms: timed rounds (each runs every arm once, in a shuffled order).
