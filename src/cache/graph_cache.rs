@@ -340,6 +340,20 @@ mod tests {
     };
 
     #[test]
+    fn the_step_index_keeps_each_arm_apart() {
+        let mut cache = GraphCache::new(ROOMY);
+        lookup(&mut cache, 4, "baseline", 1);
+        assert!(cache.get_by_step(&step(4)).is_some());
+        for arm in [
+            StepArm::Only(crate::backend::BackendId(1)),
+            StepArm::Split { ratios: 7 },
+        ] {
+            let other = StepKey { arm, ..step(4) };
+            assert!(cache.get_by_step(&other).is_none(), "{arm:?}");
+        }
+    }
+
+    #[test]
     fn colliding_hashes_never_return_the_wrong_entry() {
         let mut cache = GraphCache::with_hasher(ROOMY, |_| 0);
         for (bucket, name) in [(10, "a"), (11, "b"), (12, "c")] {

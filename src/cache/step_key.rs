@@ -83,40 +83,4 @@ mod tests {
         };
         assert_ne!(decode, prefill);
     }
-
-    #[test]
-    fn each_arm_and_each_split_ratio_has_its_own_key() {
-        let baseline = StepKey {
-            model: fingerprint(b"m"),
-            phase: Phase::Prefill,
-            bucket: 64,
-            sequences: 1,
-            backends: fingerprint(b"cpu,gpu"),
-            arm: StepArm::Baseline,
-        };
-        let keys = [
-            baseline,
-            StepKey {
-                arm: StepArm::Only(BackendId(0)),
-                ..baseline
-            },
-            StepKey {
-                arm: StepArm::Only(BackendId(1)),
-                ..baseline
-            },
-            StepKey {
-                arm: StepArm::Split { ratios: 1 },
-                ..baseline
-            },
-            StepKey {
-                arm: StepArm::Split { ratios: 2 },
-                ..baseline
-            },
-        ];
-        for (i, a) in keys.iter().enumerate() {
-            for b in &keys[i + 1..] {
-                assert_ne!(a, b);
-            }
-        }
-    }
 }

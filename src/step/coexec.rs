@@ -215,7 +215,7 @@ impl Coexec {
         }
     }
 
-    /// The calibration table for `fingerprint`, loaded from `$SWITCHYARD_HOME` once.
+    /// The calibration table for `fingerprint`, loaded from `table_file` once.
     pub fn table(&mut self, fingerprint: &HardwareFingerprint) -> &mut CalibrationTable {
         let file = self.table_file.clone();
         self.table.get_or_insert_with(|| {

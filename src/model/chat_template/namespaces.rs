@@ -149,10 +149,15 @@ thread_local! {
 /// minijinja's fuel does not see (`{% set ns.x = big %}` in a loop costs a few fuel per
 /// turn and a copy of `big` each), so they get a budget of their own, the render's fuel.
 pub(super) fn with_copy_budget<T>(budget: u64, render: impl FnOnce() -> T) -> T {
-    let outer = COPY_BUDGET.replace(Some(budget));
-    let result = render();
-    COPY_BUDGET.set(outer);
-    result
+    /// Puts the outer budget back however the render ends, a panic included.
+    struct Restore(Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            COPY_BUDGET.set(self.0);
+        }
+    }
+    let _restore = Restore(COPY_BUDGET.replace(Some(budget)));
+    render()
 }
 
 /// Runs `copy` against the render's copy budget ([`MAX_VALUES`] per call outside one).
