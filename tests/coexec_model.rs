@@ -31,8 +31,7 @@ fn runner(with_sim: bool, mode: CoexecMode) -> Runner {
         ));
     }
     Runner::new(
-        LlamaStep::new(config, Arc::new(GgufWeights(file))),
-        1,
+        LlamaStep::new(config, Arc::new(GgufWeights(file)), 1),
         BackendSet::new(backends).unwrap(),
         512,
     )

@@ -173,8 +173,8 @@ fn gguf_and_safetensors_give_the_same_logits_and_decode_compiles_once() {
 
     let gguf_weights: Arc<dyn ModelWeights> = Arc::new(GgufWeights(gguf));
     let hf_weights: Arc<dyn ModelWeights> = Arc::new(HfWeights(hf));
-    let mut gguf_runner = Runner::new(LlamaStep::new(gguf_config, gguf_weights), 1, cpu(), 64);
-    let mut hf_runner = Runner::new(LlamaStep::new(hf_config, hf_weights), 2, cpu(), 64);
+    let mut gguf_runner = Runner::new(LlamaStep::new(gguf_config, gguf_weights, 1), cpu(), 64);
+    let mut hf_runner = Runner::new(LlamaStep::new(hf_config, hf_weights, 2), cpu(), 64);
 
     let prompt = [3, 17, 42, 5, 88];
     let decode = [7, 61, 2, 95, 30, 12];
@@ -207,14 +207,12 @@ fn a_wrong_rope_layout_would_be_caught() {
     let hf = HfModel::open(&hf_dir).unwrap();
     let hf_config = LlamaConfig::from_hf(&hf).unwrap();
     let mut wrong_runner = Runner::new(
-        LlamaStep::new(wrong, Arc::new(GgufWeights(gguf))),
-        1,
+        LlamaStep::new(wrong, Arc::new(GgufWeights(gguf)), 1),
         cpu(),
         64,
     );
     let mut hf_runner = Runner::new(
-        LlamaStep::new(hf_config, Arc::new(HfWeights(hf))),
-        2,
+        LlamaStep::new(hf_config, Arc::new(HfWeights(hf)), 2),
         cpu(),
         64,
     );

@@ -134,7 +134,7 @@ fn gguf_seeds_are_current_and_load() {
         let cpu = Arc::new(CpuBackend::new(Some(1)).unwrap()) as Arc<dyn Backend>;
         let backends = BackendSet::new(vec![cpu]).unwrap();
         let vocab = model.config.vocab_size;
-        let mut runner = Runner::new(LlamaStep::new(model.config, model.weights), 1, backends, 64);
+        let mut runner = Runner::new(LlamaStep::new(model.config, model.weights, 1), backends, 64);
         let mut seq = runner.new_sequence().unwrap();
         let logits = runner.forward(&mut seq, &prompt).unwrap();
         assert_eq!(logits.len(), vocab);

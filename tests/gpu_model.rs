@@ -183,7 +183,7 @@ fn compare_plans(blocks: bool, kv_dtype: KvDType) {
     let decode = [7, 61, 2, 95, 30];
     let mut results = Vec::new();
     for (name, set) in sets {
-        let mut runner = Runner::new(LlamaStep::new(config.clone(), weights.clone()), 1, set, 64)
+        let mut runner = Runner::new(LlamaStep::new(config.clone(), weights.clone(), 1), set, 64)
             .with_policy(policy.clone())
             .with_kv_dtype(kv_dtype)
             .with_calibration_file(None)

@@ -49,8 +49,7 @@ fn default_model_greedy_tokens_are_the_same_on_cpu_and_gpu() {
     let runner = |backends: Vec<Arc<dyn Backend>>| {
         let file = GgufFile::open(&path).unwrap();
         Runner::new(
-            LlamaStep::new(config.clone(), Arc::new(GgufWeights(file))),
-            1,
+            LlamaStep::new(config.clone(), Arc::new(GgufWeights(file)), 1),
             BackendSet::new(backends).unwrap(),
             512,
         )

@@ -27,8 +27,7 @@ fn runner() -> Runner {
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None).unwrap());
     Runner::new(
-        LlamaStep::new(config, Arc::new(GgufWeights(file))),
-        1,
+        LlamaStep::new(config, Arc::new(GgufWeights(file)), 1),
         BackendSet::new(vec![cpu]).unwrap(),
         512,
     )

@@ -79,8 +79,7 @@ fn check(format: &str, path: &Path, reference: &Value, b: &Bounds) -> Vec<String
     let config = LlamaConfig::from_gguf(&file).unwrap();
     let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None).unwrap());
     let mut runner = Runner::new(
-        LlamaStep::new(config, Arc::new(GgufWeights(file))),
-        1,
+        LlamaStep::new(config, Arc::new(GgufWeights(file)), 1),
         BackendSet::new(vec![cpu]).unwrap(),
         512,
     );

@@ -16,12 +16,22 @@ use super::{Model, ModelWeights};
 pub struct LlamaStep {
     config: LlamaConfig,
     weights: Arc<dyn ModelWeights>,
+    fingerprint: u64,
 }
 
 impl LlamaStep {
-    /// The steps of the model of `config` whose tensors come from `weights`.
-    pub fn new(config: LlamaConfig, weights: Arc<dyn ModelWeights>) -> Arc<LlamaStep> {
-        Arc::new(LlamaStep { config, weights })
+    /// The steps of the model of `config` whose tensors come from `weights`, which
+    /// `fingerprint` identifies (as [`Model::fingerprint`] does).
+    pub fn new(
+        config: LlamaConfig,
+        weights: Arc<dyn ModelWeights>,
+        fingerprint: u64,
+    ) -> Arc<LlamaStep> {
+        Arc::new(LlamaStep {
+            config,
+            weights,
+            fingerprint,
+        })
     }
 }
 
@@ -49,6 +59,10 @@ impl StepModel for LlamaStep {
     fn weights(&self) -> Arc<dyn WeightSource> {
         self.weights.clone()
     }
+
+    fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
 }
 
 impl Model {
@@ -60,8 +74,7 @@ impl Model {
             .ok()
             .map(|home| table_path(&home));
         Runner::new(
-            LlamaStep::new(self.config.clone(), self.weights.clone()),
-            self.fingerprint,
+            LlamaStep::new(self.config.clone(), self.weights.clone(), self.fingerprint),
             backends,
             context,
         )

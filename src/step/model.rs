@@ -43,4 +43,6 @@ pub trait StepModel: Send + Sync {
     fn kv_shape(&self) -> KvShape;
     /// Where the weights the graphs name come from.
     fn weights(&self) -> Arc<dyn WeightSource>;
+    /// Identifies the model's config and weight layout in step keys.
+    fn fingerprint(&self) -> u64;
 }

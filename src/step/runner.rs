@@ -35,7 +35,6 @@ pub struct Work<'s> {
 /// batch of them. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
     pub(super) model: Arc<dyn StepModel>,
-    pub(super) model_fingerprint: u64,
     pub(super) backends: BackendSet,
     /// Fingerprint of `backends`, computed once: every step key carries it.
     pub(super) backends_fingerprint: u64,
@@ -129,23 +128,16 @@ impl Sequence {
 }
 
 impl Runner {
-    /// A runner for `model` (whose config and weight layout `model_fingerprint`
-    /// identifies, for step keys) on `backends`, with room for `context` positions per
+    /// A runner for `model` on `backends`, with room for `context` positions per
     /// sequence, at most the model's `context_length` (which bounds where the model's
     /// math is exact, e.g. `longrope`).
-    pub fn new(
-        model: Arc<dyn StepModel>,
-        model_fingerprint: u64,
-        backends: BackendSet,
-        context: usize,
-    ) -> Runner {
+    pub fn new(model: Arc<dyn StepModel>, backends: BackendSet, context: usize) -> Runner {
         let store = WeightStore::new(model.weights());
         let policy = Policy::default();
         let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
         let context = context.min(model.context_length());
         Runner {
             model,
-            model_fingerprint,
             backends_fingerprint: backends.fingerprint(),
             backends,
             policy,
@@ -457,7 +449,7 @@ impl Runner {
         arm: Arm,
     ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
-            model: self.model_fingerprint,
+            model: self.model.fingerprint(),
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
