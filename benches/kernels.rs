@@ -12,12 +12,14 @@ use half::f16;
 use switchyard::backend::cpu::CpuBackend;
 use switchyard::graph::DType;
 
-/// `(dtype, m, k, n)` cases: decode (m = 1) and prefill (m = 64) projections, the
-/// Q8_0 output head.
+/// `(dtype, m, k, n)` cases: decode (m = 1), batched decode of 16 sequences (m = 16)
+/// and prefill (m = 64) projections, the Q8_0 output head.
 const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q4_1, 1, 576, 1536),
     (DType::Q4_1, 1, 1536, 576),
     (DType::Q4_1, 1, 576, 192),
+    (DType::Q4_1, 16, 576, 1536),
+    (DType::Q4_1, 16, 1536, 576),
     (DType::Q4_1, 64, 576, 1536),
     (DType::Q4_1, 64, 1536, 576),
     (DType::Q4_0, 1, 576, 1536),
@@ -25,7 +27,12 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q8_0, 1, 576, 1536),
     (DType::Q8_0, 64, 576, 1536),
     (DType::Q8_0, 1, 576, 49152),
+    (DType::Q8_0, 16, 576, 49152),
     (DType::Q4K, 1, 1536, 576),
+    (DType::Q4K, 16, 1536, 576),
+    (DType::Q4K, 64, 1536, 576),
+    (DType::Q4K, 1, 2048, 8192),
+    (DType::Q4K, 64, 2048, 8192),
     (DType::F16, 1, 576, 1536),
     (DType::F16, 64, 576, 1536),
     (DType::F16, 1, 576, 49152),

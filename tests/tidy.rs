@@ -13,6 +13,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/kernels/float/mod.rs",
     "src/backend/cpu/kernels/matmul.rs",
     "src/backend/cpu/kernels/vexp.rs",
+    "src/backend/cpu/packed/avx2.rs",
     "src/backend/cpu/packed/avx512.rs",
     "src/backend/cpu/simd/avx2.rs",
     "src/backend/cpu/simd/avx2_k.rs",

@@ -55,7 +55,8 @@ impl CpuBackend {
 
     /// Runs `out [m, n] = x [m, k] · wᵀ` (`w` raw `[n, k]` bytes of `dtype`) `reps`
     /// times inside this backend's pool, as partitions do, and returns the time taken:
-    /// the matmul kernel alone, for `benches/`. Not a stable API.
+    /// the matmul kernel alone (through the packed form where this CPU packs `dtype`,
+    /// as compiled partitions do), for `benches/`. Not a stable API.
     #[doc(hidden)]
     pub fn bench_matmul(
         &self,
@@ -65,6 +66,7 @@ impl CpuBackend {
         (dtype, w, n, k): (crate::graph::DType, &[u8], usize, usize),
         out: &mut [f32],
     ) -> Result<std::time::Duration, BackendError> {
+        let packed = self.packs.get(dtype, w, n, k)?;
         let w = kernels::matmul::Weight {
             dtype,
             bytes: w,
@@ -74,7 +76,10 @@ impl CpuBackend {
         self.pool.install(|| {
             let start = std::time::Instant::now();
             for _ in 0..reps {
-                kernels::matmul::matmul(x, m, w, out)?;
+                match &packed {
+                    Some(p) => packed::matmul(x, m, p, out)?,
+                    None => kernels::matmul::matmul(x, m, w, out)?,
+                }
             }
             Ok(start.elapsed())
         })

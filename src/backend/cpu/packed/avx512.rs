@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::{PackedKind, Panel, PanelFn, PANEL, ROW_GROUP};
-use crate::backend::cpu::simd::BlockQ8;
+use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// The kernel when this CPU has AVX-512 F/BW/VL with VNNI and F16C.
 pub(super) fn kernel() -> Option<PanelFn> {
@@ -21,9 +21,7 @@ pub(super) fn kernel() -> Option<PanelFn> {
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
     assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb);
-    assert!(out.len() >= rows * PANEL);
-    assert!(w.qs.len() >= w.nb * w.kind.panel_qs() && w.d.len() >= w.nb * PANEL);
-    assert!(w.kind != PackedKind::Q4_1 || w.m.len() >= w.nb * PANEL);
+    assert!(out.len() >= rows * PANEL && w.is_whole());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
     unsafe {
@@ -31,6 +29,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
             PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, rows, out),
             PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
             PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
+            PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, rows, out),
         }
     }
 }
@@ -45,6 +44,7 @@ const PREFETCH_MIN_ROWS: usize = 4;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const Q4K: u8 = 3;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -111,11 +111,23 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 _ => _mm512_and_si512(_mm512_srli_epi16::<4>(raw[g - 4]), low),
             })
         };
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(w.d.as_ptr().add(b * PANEL).cast()));
-        let mw = if K == Q4_1 {
-            _mm512_cvtph_ps(_mm256_loadu_si256(w.m.as_ptr().add(b * PANEL).cast()))
+        let half =
+            |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
+        let (dw, mw) = if K == Q4K {
+            // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
+            let bytes = |v: &[u8]| {
+                let v = _mm_loadu_si128(v.as_ptr().add(b * PANEL).cast());
+                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+            };
+            let sb = b / (QK_K / QK) * PANEL;
+            (
+                _mm512_mul_ps(half(w.d, sb), bytes(w.sc)),
+                _mm512_mul_ps(half(w.m, sb), bytes(w.mn)),
+            )
+        } else if K == Q4_1 {
+            (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
-            _mm512_setzero_ps()
+            (half(w.d, b * PANEL), _mm512_setzero_ps())
         };
         for (i, acc) in acc.iter_mut().enumerate() {
             let xb = &*xp.add(i * nb + b);
@@ -130,13 +142,15 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
             }
             let mut dot = _mm512_add_epi32(even, odd);
-            if K != Q4_1 {
+            if K == Q4_0 || K == Q8_0 {
                 dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
             }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
             if K == Q4_1 {
                 *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
+            } else if K == Q4K {
+                *acc = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Block-format weights repacked once, at compile time, into panels of [`PANEL`] rows,
-//! so one integer dot-product instruction (`vpdpbusd`) multiplies a 4-byte group of an
-//! activation row, broadcast, with the same group of 16 weight rows at once. Each lane
+//! so one integer dot-product instruction (`vpdpbusd` with AVX-512 VNNI, `vpmaddubsw`
+//! on 8 rows with AVX2) multiplies a 4-byte group of an activation row, broadcast, with
+//! the same group of 16 (8) weight rows at once. Each lane
 //! then ends a block holding one weight row's whole integer dot product, so a block
 //! costs one conversion and one or two FMAs for 16 outputs instead of per-row
 //! reductions, and every activation row of a step reuses the unpacked panel.
@@ -8,6 +9,8 @@
 //! Every row of the activations goes through the same arithmetic whatever the number of
 //! rows, so results are batch-invariant; Q4_0 and Q8_0 offsets are applied in integers.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(test)]
@@ -20,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rayon::prelude::*;
 
-use super::simd::{quantize_rows, BlockQ8, QK};
+use super::simd::{quantize_rows, scales_mins, BlockQ8, QK, QK_K};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -40,6 +43,11 @@ pub(crate) enum PackedKind {
     /// `q·d`: bytes stored as `q + 128` (unsigned for `vpdpbusd`), the 128 taken off
     /// the integer sum.
     Q8_0,
+    /// Q4_K, `q·d·sc − dmin·mn` per 32-weight sub-block: nibbles as Q4_1, the
+    /// super-block's f16 `d` and `dmin` once per 256 weights and the 6-bit `sc` and `mn`
+    /// per sub-block as bytes; `d·sc` and `dmin·mn` are exact in f32, so the kernel is
+    /// Q4_1's with both factors formed per block.
+    Q4K,
 }
 
 impl PackedKind {
@@ -49,24 +57,34 @@ impl PackedKind {
             DType::Q4_0 => Some(PackedKind::Q4_0),
             DType::Q4_1 => Some(PackedKind::Q4_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
+            DType::Q4K => Some(PackedKind::Q4K),
             _ => None,
         }
     }
 
-    /// Bytes of one source block.
-    fn block_bytes(self) -> usize {
+    /// Weights per source block, and that block's bytes.
+    fn source_block(self) -> (usize, usize) {
         match self {
-            PackedKind::Q4_0 => 18,
-            PackedKind::Q4_1 => 20,
-            PackedKind::Q8_0 => 34,
+            PackedKind::Q4_0 => (QK, 18),
+            PackedKind::Q4_1 => (QK, 20),
+            PackedKind::Q8_0 => (QK, 34),
+            PackedKind::Q4K => (QK_K, 144),
         }
     }
 
     /// Packed quant bytes of one block of one panel.
     fn panel_qs(self) -> usize {
         match self {
-            PackedKind::Q4_0 | PackedKind::Q4_1 => PANEL * 16,
+            PackedKind::Q4_0 | PackedKind::Q4_1 | PackedKind::Q4K => PANEL * 16,
             PackedKind::Q8_0 => PANEL * 32,
+        }
+    }
+
+    /// 32-weight blocks that share one entry of `d` (and `m`).
+    fn blocks_per_scale(self) -> usize {
+        match self {
+            PackedKind::Q4K => QK_K / QK,
+            _ => 1,
         }
     }
 
@@ -75,7 +93,7 @@ impl PackedKind {
     fn int_offset(self) -> i32 {
         match self {
             PackedKind::Q4_0 => 8,
-            PackedKind::Q4_1 => 0,
+            PackedKind::Q4_1 | PackedKind::Q4K => 0,
             PackedKind::Q8_0 => 128,
         }
     }
@@ -92,6 +110,8 @@ struct CacheLine([u8; 64]);
 /// Per panel and block: the quants as groups of 4 bytes, group-major then row-major
 /// (for nibble formats, byte group `g` holds elements `4g..4g+4` in its low nibbles and
 /// `16+4g..` in its high ones), then 16 f16 scales (and, for Q4_1, 16 f16 minimums).
+/// Q4_K's f16 `d` and `dmin` are per panel and super-block, its `sc` and `mn` bytes per
+/// panel and block.
 pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,
@@ -99,6 +119,8 @@ pub(crate) struct PackedWeight {
     qs: Vec<CacheLine>,
     d: Vec<u16>,
     m: Vec<u16>,
+    sc: Vec<u8>,
+    mn: Vec<u8>,
 }
 
 impl std::fmt::Debug for PackedWeight {
@@ -114,6 +136,62 @@ impl std::fmt::Debug for PackedWeight {
     }
 }
 
+/// One 32-weight block of one source row, ready to store: its quants (the first
+/// `panel_qs / PANEL` bytes: nibbles in Q4_1's byte order, or Q8_0's bytes plus 128)
+/// and its scale entries.
+struct SourceBlock {
+    quants: [u8; QK],
+    d: u16,
+    m: u16,
+    sc: u8,
+    mn: u8,
+}
+
+/// Calls `f(b, block)` for the 32-weight blocks `b` of one source row of `kind`, in
+/// order.
+fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceBlock)) {
+    let f16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let (_, bytes) = kind.source_block();
+    for (i, block) in row.chunks_exact(bytes).enumerate() {
+        let mut out = SourceBlock {
+            quants: [0; QK],
+            d: f16_at(block, 0),
+            m: 0,
+            sc: 0,
+            mn: 0,
+        };
+        match kind {
+            PackedKind::Q4_0 => out.quants[..16].copy_from_slice(&block[2..18]),
+            PackedKind::Q4_1 => {
+                out.quants[..16].copy_from_slice(&block[4..20]);
+                out.m = f16_at(block, 2);
+            }
+            PackedKind::Q8_0 => {
+                for (q, v) in out.quants.iter_mut().zip(&block[2..34]) {
+                    *q = v ^ 0x80;
+                }
+            }
+            PackedKind::Q4K => {
+                out.m = f16_at(block, 2);
+                let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
+                let (sc, mn) = scales_mins(scales);
+                let qs = &block[16..144];
+                for s in 0..QK_K / QK {
+                    // Sub-block s: chunk s / 2 of 32 bytes, low nibbles when s is even.
+                    let v = |l: usize| (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0F;
+                    for j in 0..16 {
+                        out.quants[j] = v(j) | (v(16 + j) << 4);
+                    }
+                    (out.sc, out.mn) = (sc[s], mn[s]);
+                    f(i * (QK_K / QK) + s, &out);
+                }
+                continue;
+            }
+        }
+        f(i, &out);
+    }
+}
+
 impl PackedWeight {
     /// Repacks the raw GGUF blocks of a `[n, k]` weight of `kind`.
     pub(crate) fn pack(
@@ -122,49 +200,47 @@ impl PackedWeight {
         n: usize,
         k: usize,
     ) -> Result<PackedWeight, BackendError> {
-        let nb = k / QK;
-        let row_bytes = nb * kind.block_bytes();
-        if !k.is_multiple_of(QK) || bytes.len() != n * row_bytes {
+        let (per_block, block_bytes) = kind.source_block();
+        let row_bytes = k / per_block * block_bytes;
+        if !k.is_multiple_of(per_block) || bytes.len() != n * row_bytes {
             return Err(BackendError::Input(format!(
                 "cannot pack {} bytes as a [{n}, {k}] {kind:?} weight",
                 bytes.len()
             )));
         }
+        let nb = k / QK;
+        let per_scale = kind.blocks_per_scale();
         let panels = n.div_ceil(PANEL);
         let mut lines = vec![CacheLine([0; 64]); panels * nb * kind.panel_qs() / 64];
         let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
-        let mut d = vec![0u16; panels * nb * PANEL];
-        let mut m = match kind {
-            PackedKind::Q4_1 => vec![0u16; panels * nb * PANEL],
-            _ => Vec::new(),
+        let scales = panels * nb / per_scale * PANEL;
+        let mut d = vec![0u16; scales];
+        let minimums = matches!(kind, PackedKind::Q4_1 | PackedKind::Q4K);
+        let mut m = vec![0u16; if minimums { scales } else { 0 }];
+        let subs = if kind == PackedKind::Q4K {
+            panels * nb * PANEL
+        } else {
+            0
         };
-        let f16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let (mut sc, mut mn) = (vec![0u8; subs], vec![0u8; subs]);
         for row in 0..n {
             let (panel, r) = (row / PANEL, row % PANEL);
-            for b in 0..nb {
-                let block =
-                    &bytes[row * row_bytes + b * kind.block_bytes()..][..kind.block_bytes()];
+            let row_qs = kind.panel_qs() / PANEL;
+            source_blocks(kind, &bytes[row * row_bytes..][..row_bytes], |b, block| {
                 let slot = (panel * nb + b) * PANEL + r;
-                d[slot] = f16_at(block, 0);
-                let dst = &mut qs[(panel * nb + b) * kind.panel_qs()..][..kind.panel_qs()];
-                let (quants, groups) = match kind {
-                    PackedKind::Q4_0 => (&block[2..18], 4),
-                    PackedKind::Q4_1 => {
-                        m[slot] = f16_at(block, 2);
-                        (&block[4..20], 4)
-                    }
-                    PackedKind::Q8_0 => (&block[2..34], 8),
-                };
-                for g in 0..groups {
-                    for t in 0..4 {
-                        let v = quants[4 * g + t];
-                        dst[(g * PANEL + r) * 4 + t] = match kind {
-                            PackedKind::Q8_0 => v ^ 0x80,
-                            _ => v,
-                        };
-                    }
+                let scale_slot = (panel * nb / per_scale + b / per_scale) * PANEL + r;
+                d[scale_slot] = block.d;
+                if let Some(m) = m.get_mut(scale_slot) {
+                    *m = block.m;
                 }
-            }
+                if kind == PackedKind::Q4K {
+                    (sc[slot], mn[slot]) = (block.sc, block.mn);
+                }
+                let dst = &mut qs[(panel * nb + b) * kind.panel_qs()..][..kind.panel_qs()];
+                for (j, &v) in block.quants[..row_qs].iter().enumerate() {
+                    dst[((j / 4) * PANEL + r) * 4 + j % 4] = v;
+                }
+            });
         }
         Ok(PackedWeight {
             kind,
@@ -173,6 +249,8 @@ impl PackedWeight {
             qs: lines,
             d,
             m,
+            sc,
+            mn,
         })
     }
 
@@ -188,19 +266,23 @@ impl PackedWeight {
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        64 * self.qs.len() + 2 * (self.d.len() + self.m.len())
+        64 * self.qs.len() + 2 * (self.d.len() + self.m.len()) + self.sc.len() + self.mn.len()
     }
 
     /// Panel `p`'s quants, scales and minimums.
     fn panel(&self, p: usize) -> Panel<'_> {
         let nb = self.k / QK;
         let span = p * nb * PANEL..(p + 1) * nb * PANEL;
+        let per_scale = nb / self.kind.blocks_per_scale() * PANEL;
+        let scales = p * per_scale..(p + 1) * per_scale;
         Panel {
             kind: self.kind,
             qs: &bytemuck::cast_slice(&self.qs)
                 [p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
-            d: &self.d[span.clone()],
-            m: self.m.get(span).unwrap_or(&[]),
+            d: &self.d[scales.clone()],
+            m: self.m.get(scales).unwrap_or(&[]),
+            sc: self.sc.get(span.clone()).unwrap_or(&[]),
+            mn: self.mn.get(span).unwrap_or(&[]),
             nb,
         }
     }
@@ -248,9 +330,39 @@ impl PackCache {
 struct Panel<'a> {
     kind: PackedKind,
     qs: &'a [u8],
+    /// Per block (Q4_K: per super-block), 16 f16 scales.
     d: &'a [u16],
+    /// As `d`, the minimums (Q4_1) or minimum scales (Q4_K); empty otherwise.
     m: &'a [u16],
+    /// Q4_K: per block, 16 sub-block scales; empty otherwise.
+    sc: &'a [u8],
+    /// Q4_K: per block, 16 sub-block minimums; empty otherwise.
+    mn: &'a [u8],
     nb: usize,
+}
+
+impl Panel<'_> {
+    /// Whether every slice holds what the kernels read for `nb` blocks (the SIMD
+    /// kernels assert it before any unchecked read).
+    fn is_whole(&self) -> bool {
+        let (nb, per_scale) = (self.nb, self.kind.blocks_per_scale());
+        let scales = nb / per_scale * PANEL;
+        let minimums = match self.kind {
+            PackedKind::Q4_1 | PackedKind::Q4K => scales,
+            _ => 0,
+        };
+        let subs = if self.kind == PackedKind::Q4K {
+            nb * PANEL
+        } else {
+            0
+        };
+        nb.is_multiple_of(per_scale)
+            && self.qs.len() >= nb * self.kind.panel_qs()
+            && self.d.len() >= scales
+            && self.m.len() >= minimums
+            && self.sc.len() >= subs
+            && self.mn.len() >= subs
+    }
 }
 
 /// Quantized activation rows: [`BlockQ8`]s and each block's integer sum `Σq`.
@@ -281,12 +393,12 @@ impl Activations {
 /// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`.
 type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i32], usize, &mut [f32]);
 
-/// The packed kernel of this CPU, if it has one (AVX-512 with VNNI).
+/// The packed kernel of this CPU, if it has one: AVX-512 with VNNI, else AVX2.
 fn kernel() -> Option<PanelFn> {
     #[cfg(target_arch = "x86_64")]
     {
         static KERNEL: std::sync::OnceLock<Option<PanelFn>> = std::sync::OnceLock::new();
-        *KERNEL.get_or_init(avx512::kernel)
+        *KERNEL.get_or_init(|| avx512::kernel().or_else(avx2::kernel))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -308,7 +420,9 @@ pub(crate) fn matmul(
     out: &mut [f32],
 ) -> Result<(), BackendError> {
     let kernel = kernel().ok_or_else(|| {
-        BackendError::Device("packed weights need AVX-512 VNNI, which this CPU lacks".into())
+        BackendError::Device(
+            "packed weights need AVX2 or AVX-512 VNNI, which this CPU lacks".into(),
+        )
     })?;
     matmul_with(kernel, x, m, w, out)
 }

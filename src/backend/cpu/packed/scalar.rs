@@ -4,7 +4,7 @@
 use half::f16;
 
 use super::{PackedKind, Panel, PANEL};
-use crate::backend::cpu::simd::{BlockQ8, QK};
+use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// `out[i·PANEL + r] = w row r of the panel · x row i` for `rows` rows of `x`.
 pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
@@ -31,12 +31,18 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                     }
                 }
                 dot -= w.kind.int_offset() * sums[i * nb + b];
-                let d = f16::from_bits(w.d[b * PANEL + r]).to_f32();
-                acc = (dot as f32).mul_add(d * xb.d, acc);
+                let half = |v: &[u16], b: usize| f16::from_bits(v[b * PANEL + r]).to_f32();
+                if w.kind == PackedKind::Q4K {
+                    let (sb, sub) = (b / (QK_K / QK), b * PANEL + r);
+                    let d = half(w.d, sb) * w.sc[sub] as f32;
+                    let m = half(w.m, sb) * w.mn[sub] as f32;
+                    acc = (dot as f32).mul_add(d * xb.d, acc);
+                    acc = (-m).mul_add(xb.s, acc);
+                    continue;
+                }
+                acc = (dot as f32).mul_add(half(w.d, b) * xb.d, acc);
                 if w.kind == PackedKind::Q4_1 {
-                    acc = f16::from_bits(w.m[b * PANEL + r])
-                        .to_f32()
-                        .mul_add(xb.s, acc);
+                    acc = half(w.m, b).mul_add(xb.s, acc);
                 }
             }
             out[i * PANEL + r] = acc;

@@ -1,32 +1,42 @@
 //! The packed kernels against f64 products of the dequantized weights, the AVX-512
-//! kernel against its scalar twin bit for bit, and rows alone against rows in a batch.
+//! and AVX2 kernels against their scalar twin bit for bit, and rows alone against rows in
+//! a batch.
 
 use half::f16;
 
-use super::{kernel, matmul_with, scalar, PackedKind, PackedWeight, PANEL};
+use super::{matmul_with, scalar, PackedKind, PackedWeight, PanelFn, PANEL};
 use crate::backend::cpu::kernels::testutil::lcg;
 use crate::backend::cpu::quant::dequantize;
-use crate::backend::cpu::simd::QK;
+
 use crate::graph::DType;
 
-const KINDS: [(PackedKind, DType); 3] = [
+const KINDS: [(PackedKind, DType); 4] = [
     (PackedKind::Q4_0, DType::Q4_0),
     (PackedKind::Q4_1, DType::Q4_1),
     (PackedKind::Q8_0, DType::Q8_0),
+    (PackedKind::Q4K, DType::Q4K),
 ];
 
-/// Random `[n, k]` blocks of `kind` with scales (and minimums) in a realistic range.
+/// `k` made a whole number of `kind`'s source blocks (256 weights for Q4_K).
+fn cols(kind: PackedKind, k: usize) -> usize {
+    k.next_multiple_of(kind.source_block().0)
+}
+
+/// Random `[n, k]` blocks of `kind` with scales (and minimums) in a realistic range;
+/// Q4_K's packed sub-block scales and minimums are random 6-bit values.
 fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> Vec<u8> {
-    let bytes = kind.block_bytes();
-    let noise = lcg(seed, n * k / QK * bytes);
+    let (per_block, bytes) = kind.source_block();
+    let noise = lcg(seed, n * k / per_block * bytes);
     let mut w: Vec<u8> = noise.iter().map(|v| (v * 255.0) as i32 as u8).collect();
     for (b, block) in w.chunks_mut(bytes).enumerate() {
         let d = 0.002 + 0.001 * (b % 13) as f32;
         block[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-        if kind == PackedKind::Q4_1 {
-            let m = -0.01 * (b % 7) as f32;
-            block[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
-        }
+        let m = match kind {
+            PackedKind::Q4_1 => -0.01 * (b % 7) as f32,
+            PackedKind::Q4K => 0.0005 * (1 + b % 5) as f32,
+            _ => continue,
+        };
+        block[2..4].copy_from_slice(&f16::from_f32(m).to_le_bytes());
     }
     w
 }
@@ -56,6 +66,7 @@ fn run(kernel: super::PanelFn, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32
 fn scalar_twin_matches_an_f64_product() {
     for (kind, dtype) in KINDS {
         for (n, k, m) in [(16, 32, 1), (37, 96, 3), (64, 576, 9)] {
+            let k = cols(kind, k);
             let raw = weights(kind, n, k, 7 + n as u64);
             let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
             let x: Vec<f32> = lcg(11 + m as u64, m * k)
@@ -76,17 +87,33 @@ fn scalar_twin_matches_an_f64_product() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
-    let Some(simd) = kernel() else {
-        println!("skipped: this CPU lacks AVX-512 VNNI");
-        return;
-    };
+    match super::avx512::kernel() {
+        Some(simd) => matches_the_scalar_twin(simd, "AVX-512"),
+        None => println!("skipped: this CPU lacks AVX-512 VNNI"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
+    match super::avx2::kernel() {
+        Some(simd) => matches_the_scalar_twin(simd, "AVX2"),
+        None => println!("skipped: this CPU lacks AVX2"),
+    }
+}
+
+/// `simd` equals the scalar twin bit for bit on every kind, and each row computed alone
+/// equals the same row inside a batch.
+fn matches_the_scalar_twin(simd: PanelFn, name: &str) {
     for (kind, _) in KINDS {
         for (n, k) in [(16, 32), (40, 160), (96, 576)] {
+            let k = cols(kind, k);
             let raw = weights(kind, n, k, 3 + k as u64);
             let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
-            for m in [1, 2, 5, 8, 9, 19] {
+            for m in [1, 2, 3, 5, 8, 9, 19] {
                 let x: Vec<f32> = lcg(m as u64, m * k).iter().map(|v| v * 4.0 - 2.0).collect();
                 let got = run(simd, &w, &x, m);
                 let want = run(scalar::panel, &w, &x, m);
@@ -94,7 +121,7 @@ fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
                     got.iter()
                         .zip(&want)
                         .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{kind:?} [{n},{k}]×{m}"
+                    "{name} {kind:?} [{n},{k}]×{m}"
                 );
                 for i in 0..m {
                     let alone = run(simd, &w, &x[i * k..(i + 1) * k], 1);
@@ -104,7 +131,7 @@ fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
                             .iter()
                             .map(|v| v.to_bits())
                             .collect::<Vec<_>>(),
-                        "{kind:?} row {i} of {m}"
+                        "{name} {kind:?} row {i} of {m}"
                     );
                 }
             }

@@ -29,6 +29,7 @@ use crate::backend::BackendError;
 use crate::graph::DType;
 
 pub(crate) use kquant::{dot_rows_k, quantize_row_k, BlockQ8K, KQuantKind, QK_K};
+pub(crate) use scalar_k::scales_mins;
 
 /// Elements per quantization block.
 pub(crate) const QK: usize = 32;

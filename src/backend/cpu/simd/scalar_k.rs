@@ -17,7 +17,7 @@ fn half2(dm: [u8; 4]) -> (f32, f32) {
 /// Q4_K/Q5_K block: sub-blocks 0..4 in the low 6 bits of bytes 0..4 (scales) and 4..8
 /// (minima); 4..8 in the nibbles of bytes 8..12 with their top two bits in the top
 /// bits of bytes 0..8.
-pub(super) fn scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn scales_mins(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut m = [0u8; 8];
     for j in 0..8 {

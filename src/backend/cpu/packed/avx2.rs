@@ -1,0 +1,177 @@
+//! AVX2 packed kernels for CPUs without `vpdpbusd`: each half of a panel (8 rows) per
+//! block in eight registers, one `vpmaddubsw` per 4-byte group and activation row with
+//! the row's 4 bytes broadcast. Nibble formats add the eight groups' `i16` pair sums
+//! before one `vpmaddwd` (each pair is at most 2·15·127, eight of them fit in `i16`);
+//! Q8_0 moves the weights' signs onto the activations (`vpsignb`) and widens each group
+//! to `i32` at once (a pair can reach 2·128·127). Twin of [`super::scalar`], bit for bit:
+//! the integer dot is exact and the f32 steps are the scalar ones in the same order.
+
+use std::arch::x86_64::*;
+
+use super::{PackedKind, Panel, PanelFn, PANEL};
+use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
+
+/// The kernel when this CPU has AVX2, FMA and F16C.
+pub(super) fn kernel() -> Option<PanelFn> {
+    let ok = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    ok.then_some(panel as PanelFn)
+}
+
+/// Weight rows of one half of a panel: one 256-bit register of `i32` lanes.
+const HALF: usize = PANEL / 2;
+
+/// Activation rows whose accumulators one pass keeps in registers (with the eight
+/// weight registers, sixteen in all).
+const ROWS: usize = 4;
+
+/// Safe entry point: only handed out by [`kernel`] after the features were detected.
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
+    assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb);
+    assert!(out.len() >= rows * PANEL && w.is_whole());
+    // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
+    // write the kernels make.
+    unsafe {
+        let mut r0 = 0;
+        while r0 < rows {
+            let g = ROWS.min(rows - r0);
+            for h in 0..2 {
+                match w.kind {
+                    PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
+                }
+            }
+            r0 += g;
+        }
+    }
+}
+
+/// [`rows_of`]'s `K` for each [`PackedKind`]: a const, so that each kind's loop holds
+/// only its own steps.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+const Q4K: u8 = 3;
+
+/// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
+///
+/// # Safety
+/// As [`rows_of`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn by_rows<const K: u8>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i32],
+    r0: usize,
+    g: usize,
+    h: usize,
+    out: &mut [f32],
+) {
+    match g {
+        1 => rows_of::<1, K>(w, x, sums, r0, h, out),
+        2 => rows_of::<2, K>(w, x, sums, r0, h, out),
+        3 => rows_of::<3, K>(w, x, sums, r0, h, out),
+        4 => rows_of::<4, K>(w, x, sums, r0, h, out),
+        _ => {}
+    }
+}
+
+/// Activation rows `r0..r0 + G` against half `h` of the panel (its rows `8h..8h + 8`),
+/// accumulators in registers.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; the slices must be as [`panel`] asserts; `K`
+/// must be `w.kind`'s constant.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_of<const G: usize, const K: u8>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i32],
+    r0: usize,
+    h: usize,
+    out: &mut [f32],
+) {
+    let nb = w.nb;
+    let mut acc = [_mm256_setzero_ps(); G];
+    let low = _mm256_set1_epi8(0x0F);
+    let flip = _mm256_set1_epi8(0x80u8 as i8);
+    let ones = _mm256_set1_epi16(1);
+    let (xp, sp) = (x.as_ptr().add(r0 * nb), sums.as_ptr().add(r0 * nb));
+    for b in 0..nb {
+        let qs = w.qs.as_ptr().add(b * w.kind.panel_qs() + 32 * h);
+        let load = |g: usize| _mm256_loadu_si256(qs.add(64 * g).cast());
+        // Nibbles: groups 0..4 are the low nibbles of the four stored groups, 4..8 the
+        // high ones (elements 16 + 4(g − 4)..). Q8_0: the stored `q + 128` back to `q`.
+        let groups: [__m256i; 8] = if K == Q8_0 {
+            std::array::from_fn(|g| _mm256_xor_si256(load(g), flip))
+        } else {
+            let raw: [__m256i; 4] = std::array::from_fn(load);
+            std::array::from_fn(|g| match g {
+                0..4 => _mm256_and_si256(raw[g], low),
+                _ => _mm256_and_si256(_mm256_srli_epi16::<4>(raw[g - 4]), low),
+            })
+        };
+        let half = |v: &[u16], at: usize| {
+            _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at + HALF * h).cast()))
+        };
+        let (dw, mw) = if K == Q4K {
+            // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
+            let bytes = |v: &[u8]| {
+                let v = _mm_loadl_epi64(v.as_ptr().add(b * PANEL + HALF * h).cast());
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+            };
+            let sb = b / (QK_K / QK) * PANEL;
+            (
+                _mm256_mul_ps(half(w.d, sb), bytes(w.sc)),
+                _mm256_mul_ps(half(w.m, sb), bytes(w.mn)),
+            )
+        } else if K == Q4_1 {
+            (half(w.d, b * PANEL), half(w.m, b * PANEL))
+        } else {
+            (half(w.d, b * PANEL), _mm256_setzero_ps())
+        };
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let xb = &*xp.add(i * nb + b);
+            let q = xb.qs.as_ptr().cast::<i32>();
+            let bcast = |g: usize| _mm256_set1_epi32(q.add(g).read_unaligned());
+            let mut dot = if K == Q8_0 {
+                let group = |g: usize| {
+                    let wq = groups[g];
+                    let pairs =
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(bcast(g), wq));
+                    _mm256_madd_epi16(pairs, ones)
+                };
+                let (mut even, mut odd) = (group(0), group(1));
+                for g in (2..8).step_by(2) {
+                    even = _mm256_add_epi32(even, group(g));
+                    odd = _mm256_add_epi32(odd, group(g + 1));
+                }
+                _mm256_add_epi32(even, odd)
+            } else {
+                let p: [__m256i; 8] =
+                    std::array::from_fn(|g| _mm256_maddubs_epi16(groups[g], bcast(g)));
+                let s = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
+                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])),
+                );
+                _mm256_madd_epi16(s, ones)
+            };
+            if K == Q4_0 {
+                dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * *sp.add(i * nb + b)));
+            }
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *acc);
+            if K == Q4_1 {
+                *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
+            } else if K == Q4K {
+                *acc = _mm256_fnmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
+            }
+        }
+    }
+    for (i, acc) in acc.iter().enumerate() {
+        _mm256_storeu_ps(out.as_mut_ptr().add((r0 + i) * PANEL + HALF * h), *acc);
+    }
+}
