@@ -33,6 +33,10 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q4K, 64, 1536, 576),
     (DType::Q4K, 1, 2048, 8192),
     (DType::Q4K, 64, 2048, 8192),
+    (DType::Q6K, 1, 1536, 576),
+    (DType::Q6K, 64, 1536, 576),
+    (DType::Q6K, 1, 2048, 8192),
+    (DType::Q6K, 64, 2048, 8192),
     (DType::F16, 1, 576, 1536),
     (DType::F16, 64, 576, 1536),
     (DType::F16, 1, 576, 49152),
@@ -42,7 +46,7 @@ const CASES: &[(DType, usize, usize, usize)] = &[
 
 /// Deterministic weight bytes for `[n, k]` of `dtype`: values in [-1, 1) for f16 and
 /// bf16; otherwise random bytes with small finite f16 scales at the start of each
-/// block (K-quants: at both f16 slots of Q4_K).
+/// block (K-quants: at both f16 slots of Q4_K, at Q6_K's `d`).
 fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
     let len = dtype.bytes_for(n * k).expect("whole blocks");
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
@@ -65,6 +69,10 @@ fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
     }
     let scale = f16::from_f32(0.01).to_le_bytes();
     for block in bytes.chunks_mut(dtype.block_bytes()) {
+        if dtype == DType::Q6K {
+            block[208..210].copy_from_slice(&scale);
+            continue;
+        }
         block[..2].copy_from_slice(&scale);
         block[2..4].copy_from_slice(&scale);
     }

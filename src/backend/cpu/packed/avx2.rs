@@ -28,7 +28,7 @@ const ROWS: usize = 4;
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
-    assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb);
+    assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb * w.kind.sums_per_block());
     assert!(out.len() >= rows * PANEL && w.is_whole());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
@@ -42,6 +42,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
                     PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
                     PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, r0, g, h, out),
                 }
             }
             r0 += g;
@@ -55,6 +56,7 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
+const Q6K: u8 = 4;
 
 /// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
 ///
@@ -99,7 +101,8 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let low = _mm256_set1_epi8(0x0F);
     let flip = _mm256_set1_epi8(0x80u8 as i8);
     let ones = _mm256_set1_epi16(1);
-    let (xp, sp) = (x.as_ptr().add(r0 * nb), sums.as_ptr().add(r0 * nb));
+    let parts = w.kind.sums_per_block();
+    let (xp, sp) = (x.as_ptr().add(r0 * nb), sums.as_ptr().add(r0 * nb * parts));
     for b in 0..nb {
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs() + 32 * h);
         let load = |g: usize| _mm256_loadu_si256(qs.add(64 * g).cast());
@@ -109,10 +112,28 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             std::array::from_fn(|g| _mm256_xor_si256(load(g), flip))
         } else {
             let raw: [__m256i; 4] = std::array::from_fn(load);
-            std::array::from_fn(|g| match g {
+            let nibbles: [__m256i; 8] = std::array::from_fn(|g| match g {
                 0..4 => _mm256_and_si256(raw[g], low),
                 _ => _mm256_and_si256(_mm256_srli_epi16::<4>(raw[g - 4]), low),
-            })
+            });
+            if K == Q6K {
+                // Group g's top bits sit at bits 2(g % 4) of plane g / 4: moved to bits
+                // 4..6 (16-bit shifts; what crosses a byte is masked off).
+                let planes = [load(4), load(5)];
+                let top = _mm256_set1_epi8(0x30);
+                std::array::from_fn(|g| {
+                    let p = planes[g / 4];
+                    let bits = match g % 4 {
+                        0 => _mm256_slli_epi16::<4>(p),
+                        1 => _mm256_slli_epi16::<2>(p),
+                        2 => p,
+                        _ => _mm256_srli_epi16::<2>(p),
+                    };
+                    _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, top))
+                })
+            } else {
+                nibbles
+            }
         };
         let half = |v: &[u16], at: usize| {
             _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at + HALF * h).cast()))
@@ -125,13 +146,23 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             };
             let sb = b / (QK_K / QK) * PANEL;
             (
-                _mm256_mul_ps(half(w.d, sb), bytes(w.sc)),
-                _mm256_mul_ps(half(w.m, sb), bytes(w.mn)),
+                _mm256_mul_ps(half(w.d, sb), bytes(w.sub[0])),
+                _mm256_mul_ps(half(w.m, sb), bytes(w.sub[1])),
             )
+        } else if K == Q6K {
+            (half(w.d, b / (QK_K / QK) * PANEL), _mm256_setzero_ps())
         } else if K == Q4_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
             (half(w.d, b * PANEL), _mm256_setzero_ps())
+        };
+        // Q6_K: the two halves' i8 scales.
+        let scales = if K == Q6K {
+            w.sub.map(|v| {
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(v.as_ptr().add(b * PANEL + HALF * h).cast()))
+            })
+        } else {
+            [_mm256_setzero_si256(); 2]
         };
         for (i, acc) in acc.iter_mut().enumerate() {
             let xb = &*xp.add(i * nb + b);
@@ -150,6 +181,23 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     odd = _mm256_add_epi32(odd, group(g + 1));
                 }
                 _mm256_add_epi32(even, odd)
+            } else if K == Q6K {
+                // Values up to 63: a pair fits in i16, four groups' sums may not, so each
+                // group widens at once; one sum per 16-weight half, less 32·Σx, times its
+                // scale.
+                let group =
+                    |g: usize| _mm256_madd_epi16(_mm256_maddubs_epi16(groups[g], bcast(g)), ones);
+                let mut halves = [group(0), group(4)];
+                for g in 1..4 {
+                    halves[0] = _mm256_add_epi32(halves[0], group(g));
+                    halves[1] = _mm256_add_epi32(halves[1], group(g + 4));
+                }
+                let s = sp.add((i * nb + b) * 2);
+                let [lo, hi] = [0, 1].map(|h| {
+                    let less = _mm256_sub_epi32(halves[h], _mm256_set1_epi32(32 * *s.add(h)));
+                    _mm256_mullo_epi32(less, scales[h])
+                });
+                _mm256_add_epi32(lo, hi)
             } else {
                 let p: [__m256i; 8] =
                     std::array::from_fn(|g| _mm256_maddubs_epi16(groups[g], bcast(g)));

@@ -20,7 +20,8 @@ pub(super) fn kernel() -> Option<PanelFn> {
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
-    assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb);
+    let parts = w.kind.sums_per_block();
+    assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb * parts);
     assert!(out.len() >= rows * PANEL && w.is_whole());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
@@ -30,6 +31,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
             PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
             PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
             PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, rows, out),
+            PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, rows, out),
         }
     }
 }
@@ -45,6 +47,7 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
+const Q6K: u8 = 4;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -106,10 +109,28 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         } else {
             let raw: [__m512i; 4] =
                 std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()));
-            std::array::from_fn(|g| match g {
+            let nibbles: [__m512i; 8] = std::array::from_fn(|g| match g {
                 0..4 => _mm512_and_si512(raw[g], low),
                 _ => _mm512_and_si512(_mm512_srli_epi16::<4>(raw[g - 4]), low),
-            })
+            });
+            if K == Q6K {
+                // Group g's top bits sit at bits 2(g % 4) of plane g / 4: moved to bits
+                // 4..6 (16-bit shifts; what crosses a byte is masked off).
+                let planes = [4, 5].map(|p| _mm512_loadu_si512(qs.add(64 * p).cast()));
+                let top = _mm512_set1_epi8(0x30);
+                std::array::from_fn(|g| {
+                    let p = planes[g / 4];
+                    let bits = match g % 4 {
+                        0 => _mm512_slli_epi16::<4>(p),
+                        1 => _mm512_slli_epi16::<2>(p),
+                        2 => p,
+                        _ => _mm512_srli_epi16::<2>(p),
+                    };
+                    _mm512_or_si512(nibbles[g], _mm512_and_si512(bits, top))
+                })
+            } else {
+                nibbles
+            }
         };
         let half =
             |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
@@ -121,13 +142,22 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             };
             let sb = b / (QK_K / QK) * PANEL;
             (
-                _mm512_mul_ps(half(w.d, sb), bytes(w.sc)),
-                _mm512_mul_ps(half(w.m, sb), bytes(w.mn)),
+                _mm512_mul_ps(half(w.d, sb), bytes(w.sub[0])),
+                _mm512_mul_ps(half(w.m, sb), bytes(w.sub[1])),
             )
+        } else if K == Q6K {
+            (half(w.d, b / (QK_K / QK) * PANEL), _mm512_setzero_ps())
         } else if K == Q4_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
             (half(w.d, b * PANEL), _mm512_setzero_ps())
+        };
+        // Q6_K: the two halves' i8 scales.
+        let scales = if K == Q6K {
+            w.sub
+                .map(|v| _mm512_cvtepi8_epi32(_mm_loadu_si128(v.as_ptr().add(b * PANEL).cast())))
+        } else {
+            [_mm512_setzero_si512(); 2]
         };
         for (i, acc) in acc.iter_mut().enumerate() {
             let xb = &*xp.add(i * nb + b);
@@ -135,13 +165,31 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             // which is where the activation bytes of group g sit for every kind.
             let q = xb.qs.as_ptr().cast::<i32>();
             let bcast = |g: usize| _mm512_set1_epi32(q.add(g).read_unaligned());
-            let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
-            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[1], bcast(1));
-            for g in (2..8).step_by(2) {
-                even = _mm512_dpbusd_epi32(even, groups[g], bcast(g));
-                odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
-            }
-            let mut dot = _mm512_add_epi32(even, odd);
+            let dot = if K == Q6K {
+                // One chain per 16-weight half, each less 32·Σx, times its scale.
+                let mut lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
+                let mut hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[4], bcast(4));
+                for g in 1..4 {
+                    lo = _mm512_dpbusd_epi32(lo, groups[g], bcast(g));
+                    hi = _mm512_dpbusd_epi32(hi, groups[g + 4], bcast(g + 4));
+                }
+                let s = sp.add((i * nb + b) * 2);
+                lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(offset * *s));
+                hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(offset * *s.add(1)));
+                _mm512_add_epi32(
+                    _mm512_mullo_epi32(lo, scales[0]),
+                    _mm512_mullo_epi32(hi, scales[1]),
+                )
+            } else {
+                let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
+                let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[1], bcast(1));
+                for g in (2..8).step_by(2) {
+                    even = _mm512_dpbusd_epi32(even, groups[g], bcast(g));
+                    odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
+                }
+                _mm512_add_epi32(even, odd)
+            };
+            let mut dot = dot;
             if K == Q4_0 || K == Q8_0 {
                 dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
             }

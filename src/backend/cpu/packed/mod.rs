@@ -48,6 +48,11 @@ pub(crate) enum PackedKind {
     /// per sub-block as bytes; `d·sc` and `dmin·mn` are exact in f32, so the kernel is
     /// Q4_1's with both factors formed per block.
     Q4K,
+    /// Q6_K, `d·sc·(q − 32)` with an `i8` `sc` per 16 weights: the low nibbles as Q4_1's,
+    /// then the top two bits of each group's weights in two 64-byte planes (byte `t` of
+    /// a row in plane `p` holds, at bits `2j..2j + 2`, those of group `4p + j`'s weight
+    /// `t`); the 32 and both scales applied to each 16-weight half's integer sum.
+    Q6K,
 }
 
 impl PackedKind {
@@ -58,6 +63,7 @@ impl PackedKind {
             DType::Q4_1 => Some(PackedKind::Q4_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
             DType::Q4K => Some(PackedKind::Q4K),
+            DType::Q6K => Some(PackedKind::Q6K),
             _ => None,
         }
     }
@@ -69,6 +75,7 @@ impl PackedKind {
             PackedKind::Q4_1 => (QK, 20),
             PackedKind::Q8_0 => (QK, 34),
             PackedKind::Q4K => (QK_K, 144),
+            PackedKind::Q6K => (QK_K, 210),
         }
     }
 
@@ -77,25 +84,40 @@ impl PackedKind {
         match self {
             PackedKind::Q4_0 | PackedKind::Q4_1 | PackedKind::Q4K => PANEL * 16,
             PackedKind::Q8_0 => PANEL * 32,
+            PackedKind::Q6K => PANEL * 24,
         }
     }
 
     /// 32-weight blocks that share one entry of `d` (and `m`).
     fn blocks_per_scale(self) -> usize {
         match self {
-            PackedKind::Q4K => QK_K / QK,
+            PackedKind::Q4K | PackedKind::Q6K => QK_K / QK,
             _ => 1,
         }
     }
 
     /// What the integer sum loses per unit of the activations' sum `Σq` (the offset
-    /// folded into the stored values).
+    /// folded into the stored values; Q6_K's per 16-weight half).
     fn int_offset(self) -> i32 {
         match self {
             PackedKind::Q4_0 => 8,
             PackedKind::Q4_1 | PackedKind::Q4K => 0,
             PackedKind::Q8_0 => 128,
+            PackedKind::Q6K => 32,
         }
+    }
+
+    /// Activation sums `Σq` per 32-weight block: one, or Q6_K's one per 16-weight half.
+    fn sums_per_block(self) -> usize {
+        match self {
+            PackedKind::Q6K => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether each block carries two bytes of its own ([`PackedWeight`]'s `sub`).
+    fn has_sub_bytes(self) -> bool {
+        matches!(self, PackedKind::Q4K | PackedKind::Q6K)
     }
 }
 
@@ -110,8 +132,9 @@ struct CacheLine([u8; 64]);
 /// Per panel and block: the quants as groups of 4 bytes, group-major then row-major
 /// (for nibble formats, byte group `g` holds elements `4g..4g+4` in its low nibbles and
 /// `16+4g..` in its high ones), then 16 f16 scales (and, for Q4_1, 16 f16 minimums).
-/// Q4_K's f16 `d` and `dmin` are per panel and super-block, its `sc` and `mn` bytes per
-/// panel and block.
+/// Q4_K's and Q6_K's f16 `d` (and Q4_K's `dmin`) are per panel and super-block; their
+/// per-block bytes (`sub`: Q4_K's `sc` and `mn`, Q6_K's `i8` scales of the two halves)
+/// per panel and block.
 pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,
@@ -119,8 +142,7 @@ pub(crate) struct PackedWeight {
     qs: Vec<CacheLine>,
     d: Vec<u16>,
     m: Vec<u16>,
-    sc: Vec<u8>,
-    mn: Vec<u8>,
+    sub: [Vec<u8>; 2],
 }
 
 impl std::fmt::Debug for PackedWeight {
@@ -137,14 +159,13 @@ impl std::fmt::Debug for PackedWeight {
 }
 
 /// One 32-weight block of one source row, ready to store: its quants (the first
-/// `panel_qs / PANEL` bytes: nibbles in Q4_1's byte order, or Q8_0's bytes plus 128)
-/// and its scale entries.
+/// `panel_qs / PANEL` bytes: nibbles in Q4_1's byte order, then Q6_K's two bit planes,
+/// or Q8_0's bytes plus 128) and its scale entries.
 struct SourceBlock {
     quants: [u8; QK],
     d: u16,
     m: u16,
-    sc: u8,
-    mn: u8,
+    sub: [u8; 2],
 }
 
 /// Calls `f(b, block)` for the 32-weight blocks `b` of one source row of `kind`, in
@@ -157,8 +178,7 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
             quants: [0; QK],
             d: f16_at(block, 0),
             m: 0,
-            sc: 0,
-            mn: 0,
+            sub: [0; 2],
         };
         match kind {
             PackedKind::Q4_0 => out.quants[..16].copy_from_slice(&block[2..18]),
@@ -182,7 +202,24 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
                     for j in 0..16 {
                         out.quants[j] = v(j) | (v(16 + j) << 4);
                     }
-                    (out.sc, out.mn) = (sc[s], mn[s]);
+                    out.sub = [sc[s], mn[s]];
+                    f(i * (QK_K / QK) + s, &out);
+                }
+                continue;
+            }
+            PackedKind::Q6K => {
+                out.d = f16_at(block, 208);
+                for s in 0..QK_K / QK {
+                    let q: [u8; QK] = std::array::from_fn(|e| q6k_weight(block, QK * s + e));
+                    for j in 0..16 {
+                        out.quants[j] = (q[j] & 0x0F) | (q[16 + j] << 4);
+                    }
+                    for (p, t) in (0..2).flat_map(|p| (0..4).map(move |t| (p, t))) {
+                        out.quants[16 + 4 * p + t] = (0..4)
+                            .map(|j| (q[16 * p + 4 * j + t] >> 4) << (2 * j))
+                            .sum();
+                    }
+                    out.sub = [block[192 + 2 * s], block[193 + 2 * s]];
                     f(i * (QK_K / QK) + s, &out);
                 }
                 continue;
@@ -190,6 +227,16 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
         }
         f(i, &out);
     }
+}
+
+/// Weight `i` (0..256) of a Q6_K block, `0..64` (32 above its value): half `h`,
+/// quarter `r` (which nibble and bit pair), lane `l`.
+fn q6k_weight(block: &[u8], i: usize) -> u8 {
+    let (h, r, l) = (i / 128, (i % 128) / 32, i % 32);
+    let ql = block[64 * h + l + 32 * (r % 2)];
+    let low = if r < 2 { ql & 0x0F } else { ql >> 4 };
+    let high = (block[128 + 32 * h + l] >> (2 * r)) & 3;
+    low | (high << 4)
 }
 
 impl PackedWeight {
@@ -217,12 +264,12 @@ impl PackedWeight {
         let mut d = vec![0u16; scales];
         let minimums = matches!(kind, PackedKind::Q4_1 | PackedKind::Q4K);
         let mut m = vec![0u16; if minimums { scales } else { 0 }];
-        let subs = if kind == PackedKind::Q4K {
+        let subs = if kind.has_sub_bytes() {
             panels * nb * PANEL
         } else {
             0
         };
-        let (mut sc, mut mn) = (vec![0u8; subs], vec![0u8; subs]);
+        let mut sub = [vec![0u8; subs], vec![0u8; subs]];
         for row in 0..n {
             let (panel, r) = (row / PANEL, row % PANEL);
             let row_qs = kind.panel_qs() / PANEL;
@@ -233,8 +280,8 @@ impl PackedWeight {
                 if let Some(m) = m.get_mut(scale_slot) {
                     *m = block.m;
                 }
-                if kind == PackedKind::Q4K {
-                    (sc[slot], mn[slot]) = (block.sc, block.mn);
+                if kind.has_sub_bytes() {
+                    (sub[0][slot], sub[1][slot]) = (block.sub[0], block.sub[1]);
                 }
                 let dst = &mut qs[(panel * nb + b) * kind.panel_qs()..][..kind.panel_qs()];
                 for (j, &v) in block.quants[..row_qs].iter().enumerate() {
@@ -249,8 +296,7 @@ impl PackedWeight {
             qs: lines,
             d,
             m,
-            sc,
-            mn,
+            sub,
         })
     }
 
@@ -266,7 +312,7 @@ impl PackedWeight {
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        64 * self.qs.len() + 2 * (self.d.len() + self.m.len()) + self.sc.len() + self.mn.len()
+        64 * self.qs.len() + 2 * (self.d.len() + self.m.len()) + 2 * self.sub[0].len()
     }
 
     /// Panel `p`'s quants, scales and minimums.
@@ -281,8 +327,7 @@ impl PackedWeight {
                 [p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
             d: &self.d[scales.clone()],
             m: self.m.get(scales).unwrap_or(&[]),
-            sc: self.sc.get(span.clone()).unwrap_or(&[]),
-            mn: self.mn.get(span).unwrap_or(&[]),
+            sub: [0, 1].map(|i| self.sub[i].get(span.clone()).unwrap_or(&[])),
             nb,
         }
     }
@@ -334,10 +379,8 @@ struct Panel<'a> {
     d: &'a [u16],
     /// As `d`, the minimums (Q4_1) or minimum scales (Q4_K); empty otherwise.
     m: &'a [u16],
-    /// Q4_K: per block, 16 sub-block scales; empty otherwise.
-    sc: &'a [u8],
-    /// Q4_K: per block, 16 sub-block minimums; empty otherwise.
-    mn: &'a [u8],
+    /// Q4_K and Q6_K: per block, 16 of each of the two per-block bytes; else empty.
+    sub: [&'a [u8]; 2],
     nb: usize,
 }
 
@@ -351,7 +394,7 @@ impl Panel<'_> {
             PackedKind::Q4_1 | PackedKind::Q4K => scales,
             _ => 0,
         };
-        let subs = if self.kind == PackedKind::Q4K {
+        let subs = if self.kind.has_sub_bytes() {
             nb * PANEL
         } else {
             0
@@ -360,37 +403,48 @@ impl Panel<'_> {
             && self.qs.len() >= nb * self.kind.panel_qs()
             && self.d.len() >= scales
             && self.m.len() >= minimums
-            && self.sc.len() >= subs
-            && self.mn.len() >= subs
+            && self.sub.iter().all(|s| s.len() >= subs)
     }
 }
 
-/// Quantized activation rows: [`BlockQ8`]s and each block's integer sum `Σq`.
+/// Quantized activation rows: [`BlockQ8`]s and the integer sums `Σq` of each block's
+/// `parts` equal parts (one for most kinds, Q6_K's two halves).
 struct Activations {
     blocks: Vec<BlockQ8>,
     sums: Vec<i32>,
     nb: usize,
+    parts: usize,
 }
 
 impl Activations {
-    fn quantize(x: &[f32], m: usize, k: usize) -> Result<Activations, BackendError> {
+    fn quantize(x: &[f32], m: usize, k: usize, parts: usize) -> Result<Activations, BackendError> {
         let nb = k / QK;
         let blocks = quantize_rows(x, m, k)?;
         let sums = blocks
             .iter()
-            .map(|b| b.qs.iter().map(|&q| q as i32).sum())
+            .flat_map(|b| {
+                b.qs.chunks(QK / parts)
+                    .map(|q| q.iter().map(|&q| q as i32).sum())
+            })
             .collect();
-        Ok(Activations { blocks, sums, nb })
+        Ok(Activations {
+            blocks,
+            sums,
+            nb,
+            parts,
+        })
     }
 
     /// Rows `rows` of the activations.
     fn rows(&self, rows: std::ops::Range<usize>) -> (&[BlockQ8], &[i32]) {
         let span = rows.start * self.nb..rows.end * self.nb;
-        (&self.blocks[span.clone()], &self.sums[span])
+        let sums = span.start * self.parts..span.end * self.parts;
+        (&self.blocks[span], &self.sums[sums])
     }
 }
 
-/// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`.
+/// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`, with
+/// `sums` [`Activations`]' for those rows.
 type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i32], usize, &mut [f32]);
 
 /// The packed kernel of this CPU, if it has one: AVX-512 with VNNI, else AVX2.
@@ -446,7 +500,7 @@ fn matmul_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let acts = Activations::quantize(x, m, k)?;
+    let acts = Activations::quantize(x, m, k, w.kind.sums_per_block())?;
     let panels = n.div_ceil(PANEL);
     // Output panel-major, `[panel][m][PANEL]`, so tasks own whole chunks; one row of
     // activations with whole panels is already `out`'s layout.

@@ -16,6 +16,13 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
             for b in 0..nb {
                 let xb = &x[i * nb + b];
                 let qs = &w.qs[b * w.kind.panel_qs()..];
+                let half = |v: &[u16], b: usize| f16::from_bits(v[b * PANEL + r]).to_f32();
+                if w.kind == PackedKind::Q6K {
+                    let sum = |h: usize| sums[(i * nb + b) * 2 + h];
+                    let dot = q6k_dot(qs, r, &xb.qs, w.sub, b * PANEL + r, sum);
+                    acc = (dot as f32).mul_add(half(w.d, b / (QK_K / QK)) * xb.d, acc);
+                    continue;
+                }
                 let mut dot = 0i32;
                 for g in 0..groups {
                     for t in 0..4 {
@@ -31,11 +38,10 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                     }
                 }
                 dot -= w.kind.int_offset() * sums[i * nb + b];
-                let half = |v: &[u16], b: usize| f16::from_bits(v[b * PANEL + r]).to_f32();
                 if w.kind == PackedKind::Q4K {
-                    let (sb, sub) = (b / (QK_K / QK), b * PANEL + r);
-                    let d = half(w.d, sb) * w.sc[sub] as f32;
-                    let m = half(w.m, sb) * w.mn[sub] as f32;
+                    let (sb, at) = (b / (QK_K / QK), b * PANEL + r);
+                    let d = half(w.d, sb) * w.sub[0][at] as f32;
+                    let m = half(w.m, sb) * w.sub[1][at] as f32;
                     acc = (dot as f32).mul_add(d * xb.d, acc);
                     acc = (-m).mul_add(xb.s, acc);
                     continue;
@@ -48,4 +54,27 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
             out[i * PANEL + r] = acc;
         }
     }
+}
+
+/// Row `r`'s Q6_K block in the panel's quants `qs` dotted with `x`: each 16-weight
+/// half's `Σ q·x − 32·Σx` (`sum(h)`) times its `i8` scale (`sub[h][at]`).
+fn q6k_dot(
+    qs: &[u8],
+    r: usize,
+    x: &[i8; QK],
+    sub: [&[u8]; 2],
+    at: usize,
+    sum: impl Fn(usize) -> i32,
+) -> i32 {
+    let byte = |g: usize, t: usize| qs[(g * PANEL + r) * 4 + t];
+    let mut halves = [0i32; 2];
+    for (e, &xe) in x.iter().enumerate() {
+        let (h, j, t) = (e / 16, (e % 16) / 4, e % 4);
+        let low = (byte(j, t) >> (4 * h)) & 0x0F;
+        let high = (byte(4 + h, t) >> (2 * j)) & 3;
+        halves[h] += (low | (high << 4)) as i32 * xe as i32;
+    }
+    (0..2)
+        .map(|h| (halves[h] - 32 * sum(h)) * sub[h][at] as i8 as i32)
+        .sum()
 }

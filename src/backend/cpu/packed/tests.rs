@@ -10,11 +10,12 @@ use crate::backend::cpu::quant::dequantize;
 
 use crate::graph::DType;
 
-const KINDS: [(PackedKind, DType); 4] = [
+const KINDS: [(PackedKind, DType); 5] = [
     (PackedKind::Q4_0, DType::Q4_0),
     (PackedKind::Q4_1, DType::Q4_1),
     (PackedKind::Q8_0, DType::Q8_0),
     (PackedKind::Q4K, DType::Q4K),
+    (PackedKind::Q6K, DType::Q6K),
 ];
 
 /// `k` made a whole number of `kind`'s source blocks (256 weights for Q4_K).
@@ -23,14 +24,19 @@ fn cols(kind: PackedKind, k: usize) -> usize {
 }
 
 /// Random `[n, k]` blocks of `kind` with scales (and minimums) in a realistic range;
-/// Q4_K's packed sub-block scales and minimums are random 6-bit values.
+/// Q4_K's packed sub-block scales and minimums are random 6-bit values, Q6_K's scales
+/// random `i8`.
 fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> Vec<u8> {
     let (per_block, bytes) = kind.source_block();
     let noise = lcg(seed, n * k / per_block * bytes);
     let mut w: Vec<u8> = noise.iter().map(|v| (v * 255.0) as i32 as u8).collect();
     for (b, block) in w.chunks_mut(bytes).enumerate() {
-        let d = 0.002 + 0.001 * (b % 13) as f32;
-        block[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        let d = f16::from_f32(0.002 + 0.001 * (b % 13) as f32).to_le_bytes();
+        if kind == PackedKind::Q6K {
+            block[208..210].copy_from_slice(&d);
+            continue;
+        }
+        block[0..2].copy_from_slice(&d);
         let m = match kind {
             PackedKind::Q4_1 => -0.01 * (b % 7) as f32,
             PackedKind::Q4K => 0.0005 * (1 + b % 5) as f32,
