@@ -42,6 +42,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
                     PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
                     PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, r0, g, h, out),
                     PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, r0, g, h, out),
                 }
             }
@@ -57,6 +58,7 @@ const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
 const Q6K: u8 = 4;
+const Q5K: u8 = 5;
 
 /// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
 ///
@@ -131,6 +133,23 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, top))
                 })
+            } else if K == Q5K {
+                // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
+                let plane = load(4);
+                let bit = _mm256_set1_epi8(0x10);
+                std::array::from_fn(|g| {
+                    let bits = match g {
+                        0 => _mm256_slli_epi16::<4>(plane),
+                        1 => _mm256_slli_epi16::<3>(plane),
+                        2 => _mm256_slli_epi16::<2>(plane),
+                        3 => _mm256_slli_epi16::<1>(plane),
+                        4 => plane,
+                        5 => _mm256_srli_epi16::<1>(plane),
+                        6 => _mm256_srli_epi16::<2>(plane),
+                        _ => _mm256_srli_epi16::<3>(plane),
+                    };
+                    _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, bit))
+                })
             } else {
                 nibbles
             }
@@ -138,7 +157,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         let half = |v: &[u16], at: usize| {
             _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at + HALF * h).cast()))
         };
-        let (dw, mw) = if K == Q4K {
+        let (dw, mw) = if K == Q4K || K == Q5K {
             // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
             let bytes = |v: &[u8]| {
                 let v = _mm_loadl_epi64(v.as_ptr().add(b * PANEL + HALF * h).cast());
@@ -201,11 +220,16 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             } else {
                 let p: [__m256i; 8] =
                     std::array::from_fn(|g| _mm256_maddubs_epi16(groups[g], bcast(g)));
-                let s = _mm256_add_epi16(
-                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
-                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])),
-                );
-                _mm256_madd_epi16(s, ones)
+                let lo =
+                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+                let hi =
+                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+                if K == Q5K {
+                    // Values up to 31: four groups' pair sums fit in i16, eight may not.
+                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones))
+                } else {
+                    _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones)
+                }
             };
             if K == Q4_0 {
                 dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * *sp.add(i * nb + b)));
@@ -214,7 +238,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *acc);
             if K == Q4_1 {
                 *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
-            } else if K == Q4K {
+            } else if K == Q4K || K == Q5K {
                 *acc = _mm256_fnmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
             }
         }

@@ -31,6 +31,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
             PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
             PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
             PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, rows, out),
+            PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, rows, out),
             PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, rows, out),
         }
     }
@@ -48,6 +49,7 @@ const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
 const Q6K: u8 = 4;
+const Q5K: u8 = 5;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -128,13 +130,30 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm512_or_si512(nibbles[g], _mm512_and_si512(bits, top))
                 })
+            } else if K == Q5K {
+                // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
+                let plane = _mm512_loadu_si512(qs.add(64 * 4).cast());
+                let bit = _mm512_set1_epi8(0x10);
+                std::array::from_fn(|g| {
+                    let bits = match g {
+                        0 => _mm512_slli_epi16::<4>(plane),
+                        1 => _mm512_slli_epi16::<3>(plane),
+                        2 => _mm512_slli_epi16::<2>(plane),
+                        3 => _mm512_slli_epi16::<1>(plane),
+                        4 => plane,
+                        5 => _mm512_srli_epi16::<1>(plane),
+                        6 => _mm512_srli_epi16::<2>(plane),
+                        _ => _mm512_srli_epi16::<3>(plane),
+                    };
+                    _mm512_or_si512(nibbles[g], _mm512_and_si512(bits, bit))
+                })
             } else {
                 nibbles
             }
         };
         let half =
             |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
-        let (dw, mw) = if K == Q4K {
+        let (dw, mw) = if K == Q4K || K == Q5K {
             // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
             let bytes = |v: &[u8]| {
                 let v = _mm_loadu_si128(v.as_ptr().add(b * PANEL).cast());
@@ -197,7 +216,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
             if K == Q4_1 {
                 *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
-            } else if K == Q4K {
+            } else if K == Q4K || K == Q5K {
                 *acc = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
             }
         }

@@ -48,6 +48,9 @@ pub(crate) enum PackedKind {
     /// per sub-block as bytes; `d·sc` and `dmin·mn` are exact in f32, so the kernel is
     /// Q4_1's with both factors formed per block.
     Q4K,
+    /// Q5_K: Q4_K plus each weight's fifth bit in one 64-byte plane per block (byte `t`
+    /// of a row holds, at bit `g`, that of group `g`'s weight `t`).
+    Q5K,
     /// Q6_K, `d·sc·(q − 32)` with an `i8` `sc` per 16 weights: the low nibbles as Q4_1's,
     /// then the top two bits of each group's weights in two 64-byte planes (byte `t` of
     /// a row in plane `p` holds, at bits `2j..2j + 2`, those of group `4p + j`'s weight
@@ -63,6 +66,7 @@ impl PackedKind {
             DType::Q4_1 => Some(PackedKind::Q4_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
             DType::Q4K => Some(PackedKind::Q4K),
+            DType::Q5K => Some(PackedKind::Q5K),
             DType::Q6K => Some(PackedKind::Q6K),
             _ => None,
         }
@@ -75,6 +79,7 @@ impl PackedKind {
             PackedKind::Q4_1 => (QK, 20),
             PackedKind::Q8_0 => (QK, 34),
             PackedKind::Q4K => (QK_K, 144),
+            PackedKind::Q5K => (QK_K, 176),
             PackedKind::Q6K => (QK_K, 210),
         }
     }
@@ -84,6 +89,7 @@ impl PackedKind {
         match self {
             PackedKind::Q4_0 | PackedKind::Q4_1 | PackedKind::Q4K => PANEL * 16,
             PackedKind::Q8_0 => PANEL * 32,
+            PackedKind::Q5K => PANEL * 20,
             PackedKind::Q6K => PANEL * 24,
         }
     }
@@ -91,7 +97,7 @@ impl PackedKind {
     /// 32-weight blocks that share one entry of `d` (and `m`).
     fn blocks_per_scale(self) -> usize {
         match self {
-            PackedKind::Q4K | PackedKind::Q6K => QK_K / QK,
+            PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K => QK_K / QK,
             _ => 1,
         }
     }
@@ -101,7 +107,7 @@ impl PackedKind {
     fn int_offset(self) -> i32 {
         match self {
             PackedKind::Q4_0 => 8,
-            PackedKind::Q4_1 | PackedKind::Q4K => 0,
+            PackedKind::Q4_1 | PackedKind::Q4K | PackedKind::Q5K => 0,
             PackedKind::Q8_0 => 128,
             PackedKind::Q6K => 32,
         }
@@ -117,7 +123,13 @@ impl PackedKind {
 
     /// Whether each block carries two bytes of its own ([`PackedWeight`]'s `sub`).
     fn has_sub_bytes(self) -> bool {
-        matches!(self, PackedKind::Q4K | PackedKind::Q6K)
+        matches!(self, PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K)
+    }
+
+    /// Whether `d·sc·q − dmin·mn` per block, from per-super-block `d`, `dmin` and
+    /// per-block `sc`, `mn` (Q4_K, Q5_K).
+    fn has_sub_minimum(self) -> bool {
+        matches!(self, PackedKind::Q4K | PackedKind::Q5K)
     }
 }
 
@@ -191,16 +203,26 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
                     *q = v ^ 0x80;
                 }
             }
-            PackedKind::Q4K => {
+            PackedKind::Q4K | PackedKind::Q5K => {
                 out.m = f16_at(block, 2);
                 let scales: &[u8; 12] = block[4..16].try_into().expect("12 bytes");
                 let (sc, mn) = scales_mins(scales);
-                let qs = &block[16..144];
+                let (qh, qs) = match kind {
+                    PackedKind::Q5K => (&block[16..48], &block[48..176]),
+                    _ => (&[][..], &block[16..144]),
+                };
                 for s in 0..QK_K / QK {
-                    // Sub-block s: chunk s / 2 of 32 bytes, low nibbles when s is even.
+                    // Sub-block s: chunk s / 2 of 32 bytes, low nibbles when s is even;
+                    // Q5_K's fifth bit of weight l is bit s of qh[l].
                     let v = |l: usize| (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0F;
                     for j in 0..16 {
                         out.quants[j] = v(j) | (v(16 + j) << 4);
+                    }
+                    if kind == PackedKind::Q5K {
+                        for t in 0..4 {
+                            out.quants[16 + t] =
+                                (0..8).map(|g| ((qh[4 * g + t] >> s) & 1) << g).sum();
+                        }
                     }
                     out.sub = [sc[s], mn[s]];
                     f(i * (QK_K / QK) + s, &out);
@@ -262,7 +284,7 @@ impl PackedWeight {
         let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
         let scales = panels * nb / per_scale * PANEL;
         let mut d = vec![0u16; scales];
-        let minimums = matches!(kind, PackedKind::Q4_1 | PackedKind::Q4K);
+        let minimums = kind == PackedKind::Q4_1 || kind.has_sub_minimum();
         let mut m = vec![0u16; if minimums { scales } else { 0 }];
         let subs = if kind.has_sub_bytes() {
             panels * nb * PANEL
@@ -391,7 +413,7 @@ impl Panel<'_> {
         let (nb, per_scale) = (self.nb, self.kind.blocks_per_scale());
         let scales = nb / per_scale * PANEL;
         let minimums = match self.kind {
-            PackedKind::Q4_1 | PackedKind::Q4K => scales,
+            PackedKind::Q4_1 | PackedKind::Q4K | PackedKind::Q5K => scales,
             _ => 0,
         };
         let subs = if self.kind.has_sub_bytes() {

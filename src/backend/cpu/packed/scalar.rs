@@ -9,7 +9,10 @@ use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 /// `out[i·PANEL + r] = w row r of the panel · x row i` for `rows` rows of `x`.
 pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
     let nb = w.nb;
-    let groups = w.kind.panel_qs() / (PANEL * 4);
+    let groups = match w.kind {
+        PackedKind::Q8_0 => 8,
+        _ => 4,
+    };
     for i in 0..rows {
         for r in 0..PANEL {
             let mut acc = 0.0f32;
@@ -27,9 +30,15 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                 for g in 0..groups {
                     for t in 0..4 {
                         let byte = qs[(g * PANEL + r) * 4 + t];
+                        // Q5_K: the fifth bits of groups g and g + 4 in the plane after
+                        // the nibbles.
+                        let fifth = |g: usize| match w.kind {
+                            PackedKind::Q5K => ((qs[(4 * PANEL + r) * 4 + t] >> g) & 1) << 4,
+                            _ => 0,
+                        };
                         let (lo, hi) = match w.kind {
                             PackedKind::Q8_0 => (byte, None),
-                            _ => (byte & 0x0F, Some(byte >> 4)),
+                            _ => ((byte & 0x0F) | fifth(g), Some((byte >> 4) | fifth(g + 4))),
                         };
                         dot += lo as i32 * xb.qs[4 * g + t] as i32;
                         if let Some(hi) = hi {
@@ -38,7 +47,7 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                     }
                 }
                 dot -= w.kind.int_offset() * sums[i * nb + b];
-                if w.kind == PackedKind::Q4K {
+                if w.kind.has_sub_minimum() {
                     let (sb, at) = (b / (QK_K / QK), b * PANEL + r);
                     let d = half(w.d, sb) * w.sub[0][at] as f32;
                     let m = half(w.m, sb) * w.sub[1][at] as f32;
