@@ -40,6 +40,8 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
                 match w.kind {
                     PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, r0, g, h, out),
+                    PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, r0, g, h, out),
                     PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
                     PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, r0, g, h, out),
@@ -59,6 +61,8 @@ const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
 const Q6K: u8 = 4;
 const Q5K: u8 = 5;
+const Q5_0: u8 = 6;
+const Q5_1: u8 = 7;
 
 /// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
 ///
@@ -133,7 +137,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, top))
                 })
-            } else if K == Q5K {
+            } else if K == Q5K || K == Q5_0 || K == Q5_1 {
                 // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
                 let plane = load(4);
                 let bit = _mm256_set1_epi8(0x10);
@@ -170,7 +174,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             )
         } else if K == Q6K {
             (half(w.d, b / (QK_K / QK) * PANEL), _mm256_setzero_ps())
-        } else if K == Q4_1 {
+        } else if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
             (half(w.d, b * PANEL), _mm256_setzero_ps())
@@ -224,19 +228,20 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
                 let hi =
                     _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
-                if K == Q5K {
+                if K == Q5K || K == Q5_0 || K == Q5_1 {
                     // Values up to 31: four groups' pair sums fit in i16, eight may not.
                     _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones))
                 } else {
                     _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones)
                 }
             };
-            if K == Q4_0 {
-                dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * *sp.add(i * nb + b)));
+            if K == Q4_0 || K == Q5_0 {
+                let offset = w.kind.int_offset();
+                dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * *sp.add(i * nb + b)));
             }
             let dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *acc);
-            if K == Q4_1 {
+            if K == Q4_1 || K == Q5_1 {
                 *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
             } else if K == Q4K || K == Q5K {
                 *acc = _mm256_fnmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);

@@ -29,6 +29,8 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
         match w.kind {
             PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, rows, out),
             PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
+            PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, rows, out),
+            PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, rows, out),
             PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
             PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, rows, out),
             PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, rows, out),
@@ -50,6 +52,8 @@ const Q8_0: u8 = 2;
 const Q4K: u8 = 3;
 const Q6K: u8 = 4;
 const Q5K: u8 = 5;
+const Q5_0: u8 = 6;
+const Q5_1: u8 = 7;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -130,7 +134,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm512_or_si512(nibbles[g], _mm512_and_si512(bits, top))
                 })
-            } else if K == Q5K {
+            } else if K == Q5K || K == Q5_0 || K == Q5_1 {
                 // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
                 let plane = _mm512_loadu_si512(qs.add(64 * 4).cast());
                 let bit = _mm512_set1_epi8(0x10);
@@ -166,7 +170,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             )
         } else if K == Q6K {
             (half(w.d, b / (QK_K / QK) * PANEL), _mm512_setzero_ps())
-        } else if K == Q4_1 {
+        } else if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
             (half(w.d, b * PANEL), _mm512_setzero_ps())
@@ -209,12 +213,12 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 _mm512_add_epi32(even, odd)
             };
             let mut dot = dot;
-            if K == Q4_0 || K == Q8_0 {
+            if K == Q4_0 || K == Q5_0 || K == Q8_0 {
                 dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
             }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
-            if K == Q4_1 {
+            if K == Q4_1 || K == Q5_1 {
                 *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
             } else if K == Q4K || K == Q5K {
                 *acc = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);

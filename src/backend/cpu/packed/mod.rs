@@ -40,6 +40,10 @@ pub(crate) enum PackedKind {
     Q4_0,
     /// `q·d + m`: nibbles, the minimum as a second FMA with the activations' scaled sum.
     Q4_1,
+    /// `(q − 16)·d`: Q4_0's nibbles plus the fifth bits in one plane as Q5_K's.
+    Q5_0,
+    /// `q·d + m`: Q4_1's nibbles plus the fifth bits in one plane as Q5_K's.
+    Q5_1,
     /// `q·d`: bytes stored as `q + 128` (unsigned for `vpdpbusd`), the 128 taken off
     /// the integer sum.
     Q8_0,
@@ -64,6 +68,8 @@ impl PackedKind {
         match dtype {
             DType::Q4_0 => Some(PackedKind::Q4_0),
             DType::Q4_1 => Some(PackedKind::Q4_1),
+            DType::Q5_0 => Some(PackedKind::Q5_0),
+            DType::Q5_1 => Some(PackedKind::Q5_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
             DType::Q4K => Some(PackedKind::Q4K),
             DType::Q5K => Some(PackedKind::Q5K),
@@ -77,6 +83,8 @@ impl PackedKind {
         match self {
             PackedKind::Q4_0 => (QK, 18),
             PackedKind::Q4_1 => (QK, 20),
+            PackedKind::Q5_0 => (QK, 22),
+            PackedKind::Q5_1 => (QK, 24),
             PackedKind::Q8_0 => (QK, 34),
             PackedKind::Q4K => (QK_K, 144),
             PackedKind::Q5K => (QK_K, 176),
@@ -86,12 +94,15 @@ impl PackedKind {
 
     /// Packed quant bytes of one block of one panel.
     fn panel_qs(self) -> usize {
-        match self {
-            PackedKind::Q4_0 | PackedKind::Q4_1 | PackedKind::Q4K => PANEL * 16,
-            PackedKind::Q8_0 => PANEL * 32,
-            PackedKind::Q5K => PANEL * 20,
-            PackedKind::Q6K => PANEL * 24,
-        }
+        let row = match self {
+            PackedKind::Q8_0 => 32,
+            // Nibbles and two planes of top bits.
+            PackedKind::Q6K => 24,
+            // Nibbles, and one plane of fifth bits.
+            _ if self.has_fifth_bits() => 20,
+            _ => 16,
+        };
+        PANEL * row
     }
 
     /// 32-weight blocks that share one entry of `d` (and `m`).
@@ -107,7 +118,8 @@ impl PackedKind {
     fn int_offset(self) -> i32 {
         match self {
             PackedKind::Q4_0 => 8,
-            PackedKind::Q4_1 | PackedKind::Q4K | PackedKind::Q5K => 0,
+            PackedKind::Q5_0 => 16,
+            PackedKind::Q4_1 | PackedKind::Q5_1 | PackedKind::Q4K | PackedKind::Q5K => 0,
             PackedKind::Q8_0 => 128,
             PackedKind::Q6K => 32,
         }
@@ -124,6 +136,16 @@ impl PackedKind {
     /// Whether each block carries two bytes of its own ([`PackedWeight`]'s `sub`).
     fn has_sub_bytes(self) -> bool {
         matches!(self, PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K)
+    }
+
+    /// Whether the fifth bits follow the nibbles in one plane (Q5_0, Q5_1, Q5_K).
+    fn has_fifth_bits(self) -> bool {
+        matches!(self, PackedKind::Q5_0 | PackedKind::Q5_1 | PackedKind::Q5K)
+    }
+
+    /// Whether each block's `m` is added with the activations' scaled sum (Q4_1, Q5_1).
+    fn has_minimum(self) -> bool {
+        matches!(self, PackedKind::Q4_1 | PackedKind::Q5_1)
     }
 
     /// Whether `d·sc·q − dmin·mn` per block, from per-super-block `d`, `dmin` and
@@ -197,6 +219,21 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
             PackedKind::Q4_1 => {
                 out.quants[..16].copy_from_slice(&block[4..20]);
                 out.m = f16_at(block, 2);
+            }
+            PackedKind::Q5_0 | PackedKind::Q5_1 => {
+                // d (and m), the fifth bits (bit j for weight j), Q4_0's nibbles.
+                let at = if kind == PackedKind::Q5_1 { 4 } else { 2 };
+                out.m = if kind == PackedKind::Q5_1 {
+                    f16_at(block, 2)
+                } else {
+                    0
+                };
+                let qh = u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"));
+                out.quants[..16].copy_from_slice(&block[at + 4..at + 20]);
+                for t in 0..4 {
+                    out.quants[16 + t] =
+                        (0..8).map(|g| (((qh >> (4 * g + t)) & 1) as u8) << g).sum();
+                }
             }
             PackedKind::Q8_0 => {
                 for (q, v) in out.quants.iter_mut().zip(&block[2..34]) {
@@ -284,7 +321,7 @@ impl PackedWeight {
         let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
         let scales = panels * nb / per_scale * PANEL;
         let mut d = vec![0u16; scales];
-        let minimums = kind == PackedKind::Q4_1 || kind.has_sub_minimum();
+        let minimums = kind.has_minimum() || kind.has_sub_minimum();
         let mut m = vec![0u16; if minimums { scales } else { 0 }];
         let subs = if kind.has_sub_bytes() {
             panels * nb * PANEL
@@ -413,7 +450,7 @@ impl Panel<'_> {
         let (nb, per_scale) = (self.nb, self.kind.blocks_per_scale());
         let scales = nb / per_scale * PANEL;
         let minimums = match self.kind {
-            PackedKind::Q4_1 | PackedKind::Q4K | PackedKind::Q5K => scales,
+            PackedKind::Q4_1 | PackedKind::Q5_1 | PackedKind::Q4K | PackedKind::Q5K => scales,
             _ => 0,
         };
         let subs = if self.kind.has_sub_bytes() {

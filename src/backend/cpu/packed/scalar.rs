@@ -30,11 +30,11 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                 for g in 0..groups {
                     for t in 0..4 {
                         let byte = qs[(g * PANEL + r) * 4 + t];
-                        // Q5_K: the fifth bits of groups g and g + 4 in the plane after
+                        // Q5_0, Q5_1, Q5_K: the fifth bits of groups g and g + 4 in the plane after
                         // the nibbles.
-                        let fifth = |g: usize| match w.kind {
-                            PackedKind::Q5K => ((qs[(4 * PANEL + r) * 4 + t] >> g) & 1) << 4,
-                            _ => 0,
+                        let fifth = |g: usize| match w.kind.has_fifth_bits() {
+                            true => ((qs[(4 * PANEL + r) * 4 + t] >> g) & 1) << 4,
+                            false => 0,
                         };
                         let (lo, hi) = match w.kind {
                             PackedKind::Q8_0 => (byte, None),
@@ -56,7 +56,7 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                     continue;
                 }
                 acc = (dot as f32).mul_add(half(w.d, b) * xb.d, acc);
-                if w.kind == PackedKind::Q4_1 {
+                if w.kind.has_minimum() {
                     acc = half(w.m, b).mul_add(xb.s, acc);
                 }
             }

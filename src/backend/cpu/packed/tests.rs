@@ -10,9 +10,11 @@ use crate::backend::cpu::quant::dequantize;
 
 use crate::graph::DType;
 
-const KINDS: [(PackedKind, DType); 6] = [
+const KINDS: [(PackedKind, DType); 8] = [
     (PackedKind::Q4_0, DType::Q4_0),
     (PackedKind::Q4_1, DType::Q4_1),
+    (PackedKind::Q5_0, DType::Q5_0),
+    (PackedKind::Q5_1, DType::Q5_1),
     (PackedKind::Q8_0, DType::Q8_0),
     (PackedKind::Q4K, DType::Q4K),
     (PackedKind::Q5K, DType::Q5K),
@@ -39,7 +41,7 @@ fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> Vec<u8> {
         }
         block[0..2].copy_from_slice(&d);
         let m = match kind {
-            PackedKind::Q4_1 => -0.01 * (b % 7) as f32,
+            PackedKind::Q4_1 | PackedKind::Q5_1 => -0.01 * (b % 7) as f32,
             PackedKind::Q4K | PackedKind::Q5K => 0.0005 * (1 + b % 5) as f32,
             _ => continue,
         };
