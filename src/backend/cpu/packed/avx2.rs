@@ -9,6 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::{PackedKind, Panel, PanelFn, PANEL};
+use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// The kernel when this CPU has AVX2, FMA and F16C.
@@ -40,6 +41,8 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
                 match w.kind {
                     PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
+                    PackedKind::IQ4NL => by_rows::<IQ4NL>(w, x, sums, r0, g, h, out),
+                    PackedKind::IQ4XS => by_rows::<IQ4XS>(w, x, sums, r0, g, h, out),
                     PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, r0, g, h, out),
                     PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
@@ -63,6 +66,8 @@ const Q6K: u8 = 4;
 const Q5K: u8 = 5;
 const Q5_0: u8 = 6;
 const Q5_1: u8 = 7;
+const IQ4NL: u8 = 8;
+const IQ4XS: u8 = 9;
 
 /// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
 ///
@@ -105,6 +110,8 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let nb = w.nb;
     let mut acc = [_mm256_setzero_ps(); G];
     let low = _mm256_set1_epi8(0x0F);
+    // IQ4_VALUES, signed: the weights' signs go onto the activations as for Q8_0.
+    let iq4 = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
     let flip = _mm256_set1_epi8(0x80u8 as i8);
     let ones = _mm256_set1_epi16(1);
     let parts = w.kind.sums_per_block();
@@ -154,6 +161,9 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, bit))
                 })
+            } else if K == IQ4NL || K == IQ4XS {
+                // Each nibble looked up in the 16 values (per 128-bit lane).
+                std::array::from_fn(|g| _mm256_shuffle_epi8(iq4, nibbles[g]))
             } else {
                 nibbles
             }
@@ -174,6 +184,14 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             )
         } else if K == Q6K {
             (half(w.d, b / (QK_K / QK) * PANEL), _mm256_setzero_ps())
+        } else if K == IQ4XS {
+            // d·sc: an f16 times a signed 6-bit integer, exact in f32.
+            let sc = _mm_loadl_epi64(w.sub[0].as_ptr().add(b * PANEL + HALF * h).cast());
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
+            (
+                _mm256_mul_ps(half(w.d, b / (QK_K / QK) * PANEL), sc),
+                _mm256_setzero_ps(),
+            )
         } else if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
@@ -191,7 +209,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             let xb = &*xp.add(i * nb + b);
             let q = xb.qs.as_ptr().cast::<i32>();
             let bcast = |g: usize| _mm256_set1_epi32(q.add(g).read_unaligned());
-            let mut dot = if K == Q8_0 {
+            let mut dot = if K == Q8_0 || K == IQ4NL || K == IQ4XS {
                 let group = |g: usize| {
                     let wq = groups[g];
                     let pairs =

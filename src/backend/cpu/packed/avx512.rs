@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::{PackedKind, Panel, PanelFn, PANEL, ROW_GROUP};
+use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// The kernel when this CPU has AVX-512 F/BW/VL with VNNI and F16C.
@@ -29,6 +30,8 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
         match w.kind {
             PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, rows, out),
             PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
+            PackedKind::IQ4NL => by_rows::<IQ4NL>(w, x, sums, rows, out),
+            PackedKind::IQ4XS => by_rows::<IQ4XS>(w, x, sums, rows, out),
             PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, rows, out),
             PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, rows, out),
             PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
@@ -54,6 +57,8 @@ const Q6K: u8 = 4;
 const Q5K: u8 = 5;
 const Q5_0: u8 = 6;
 const Q5_1: u8 = 7;
+const IQ4NL: u8 = 8;
+const IQ4XS: u8 = 9;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -97,6 +102,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let nb = w.nb;
     let mut acc = [_mm512_setzero_ps(); G];
     let low = _mm512_set1_epi8(0x0F);
+    let iq4 = iq4_table();
     let offset = w.kind.int_offset();
     let (xp, sp) = (x.as_ptr(), sums.as_ptr());
     for b in 0..nb {
@@ -151,6 +157,9 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                     };
                     _mm512_or_si512(nibbles[g], _mm512_and_si512(bits, bit))
                 })
+            } else if K == IQ4NL || K == IQ4XS {
+                // Each nibble looked up in the 16 values (per 128-bit lane).
+                std::array::from_fn(|g| _mm512_shuffle_epi8(iq4, nibbles[g]))
             } else {
                 nibbles
             }
@@ -170,6 +179,14 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             )
         } else if K == Q6K {
             (half(w.d, b / (QK_K / QK) * PANEL), _mm512_setzero_ps())
+        } else if K == IQ4XS {
+            // d·sc: an f16 times a signed 6-bit integer, exact in f32.
+            let sc = _mm_loadu_si128(w.sub[0].as_ptr().add(b * PANEL).cast());
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
+            (
+                _mm512_mul_ps(half(w.d, b / (QK_K / QK) * PANEL), sc),
+                _mm512_setzero_ps(),
+            )
         } else if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
@@ -213,7 +230,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 _mm512_add_epi32(even, odd)
             };
             let mut dot = dot;
-            if K == Q4_0 || K == Q5_0 || K == Q8_0 {
+            if K == Q4_0 || K == Q5_0 || K == Q8_0 || K == IQ4NL || K == IQ4XS {
                 dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
             }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
@@ -228,4 +245,15 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     for (i, acc) in acc.iter().enumerate() {
         _mm512_storeu_ps(out.as_mut_ptr().add(i * PANEL), *acc);
     }
+}
+
+/// [`IQ4_VALUES`] plus 128 (unsigned for `vpdpbusd`) in every 128-bit lane, for
+/// `vpshufb`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[target_feature(enable = "avx512f")]
+unsafe fn iq4_table() -> __m512i {
+    let lane: [u8; 16] = std::array::from_fn(|i| (IQ4_VALUES[i] as i32 + 128) as u8);
+    _mm512_broadcast_i32x4(_mm_loadu_si128(lane.as_ptr().cast()))
 }

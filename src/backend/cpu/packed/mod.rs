@@ -47,6 +47,12 @@ pub(crate) enum PackedKind {
     /// `q·d`: bytes stored as `q + 128` (unsigned for `vpdpbusd`), the 128 taken off
     /// the integer sum.
     Q8_0,
+    /// IQ4_NL, `d·IQ4_VALUES[q]`: Q4_0's nibbles, looked up in the kernels (as
+    /// `IQ4_VALUES + 128` for `vpdpbusd`, the 128 taken off in integers).
+    IQ4NL,
+    /// IQ4_XS, `d·sc·IQ4_VALUES[q]` with a signed 6-bit `sc` per 32 weights: IQ4_NL's
+    /// nibbles, `d` per super-block, `sc` as an `i8` byte per block.
+    IQ4XS,
     /// Q4_K, `q·d·sc − dmin·mn` per 32-weight sub-block: nibbles as Q4_1, the
     /// super-block's f16 `d` and `dmin` once per 256 weights and the 6-bit `sc` and `mn`
     /// per sub-block as bytes; `d·sc` and `dmin·mn` are exact in f32, so the kernel is
@@ -71,6 +77,8 @@ impl PackedKind {
             DType::Q5_0 => Some(PackedKind::Q5_0),
             DType::Q5_1 => Some(PackedKind::Q5_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
+            DType::IQ4NL => Some(PackedKind::IQ4NL),
+            DType::IQ4XS => Some(PackedKind::IQ4XS),
             DType::Q4K => Some(PackedKind::Q4K),
             DType::Q5K => Some(PackedKind::Q5K),
             DType::Q6K => Some(PackedKind::Q6K),
@@ -86,6 +94,8 @@ impl PackedKind {
             PackedKind::Q5_0 => (QK, 22),
             PackedKind::Q5_1 => (QK, 24),
             PackedKind::Q8_0 => (QK, 34),
+            PackedKind::IQ4NL => (QK, 18),
+            PackedKind::IQ4XS => (QK_K, 136),
             PackedKind::Q4K => (QK_K, 144),
             PackedKind::Q5K => (QK_K, 176),
             PackedKind::Q6K => (QK_K, 210),
@@ -108,7 +118,7 @@ impl PackedKind {
     /// 32-weight blocks that share one entry of `d` (and `m`).
     fn blocks_per_scale(self) -> usize {
         match self {
-            PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K => QK_K / QK,
+            PackedKind::IQ4XS | PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K => QK_K / QK,
             _ => 1,
         }
     }
@@ -119,9 +129,11 @@ impl PackedKind {
         match self {
             PackedKind::Q4_0 => 8,
             PackedKind::Q5_0 => 16,
-            PackedKind::Q4_1 | PackedKind::Q5_1 | PackedKind::Q4K | PackedKind::Q5K => 0,
-            PackedKind::Q8_0 => 128,
             PackedKind::Q6K => 32,
+            // Q8_0's stored q + 128, the IQ4 kernels' looked-up value + 128.
+            PackedKind::Q8_0 => 128,
+            _ if self.is_iq4() => 128,
+            _ => 0,
         }
     }
 
@@ -135,7 +147,15 @@ impl PackedKind {
 
     /// Whether each block carries two bytes of its own ([`PackedWeight`]'s `sub`).
     fn has_sub_bytes(self) -> bool {
-        matches!(self, PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K)
+        matches!(
+            self,
+            PackedKind::IQ4XS | PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K
+        )
+    }
+
+    /// Whether the nibbles index [`IQ4_VALUES`] (IQ4_NL, IQ4_XS).
+    fn is_iq4(self) -> bool {
+        matches!(self, PackedKind::IQ4NL | PackedKind::IQ4XS)
     }
 
     /// Whether the fifth bits follow the nibbles in one plane (Q5_0, Q5_1, Q5_K).
@@ -215,7 +235,22 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
             sub: [0; 2],
         };
         match kind {
-            PackedKind::Q4_0 => out.quants[..16].copy_from_slice(&block[2..18]),
+            PackedKind::Q4_0 | PackedKind::IQ4NL => {
+                out.quants[..16].copy_from_slice(&block[2..18]);
+            }
+            PackedKind::IQ4XS => {
+                let scales_h = u16::from_le_bytes([block[2], block[3]]);
+                for ib in 0..QK_K / QK {
+                    // The signed 6-bit scale: low nibble in scales_l, two high bits.
+                    let low = (block[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+                    let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                    let sc = (low | (high << 4)) as i8 - 32;
+                    out.quants[..16].copy_from_slice(&block[8 + 16 * ib..24 + 16 * ib]);
+                    out.sub = [sc as u8, 0];
+                    f(i * (QK_K / QK) + ib, &out);
+                }
+                continue;
+            }
             PackedKind::Q4_1 => {
                 out.quants[..16].copy_from_slice(&block[4..20]);
                 out.m = f16_at(block, 2);

@@ -4,6 +4,7 @@
 use half::f16;
 
 use super::{PackedKind, Panel, PANEL};
+use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// `out[i·PANEL + r] = w row r of the panel · x row i` for `rows` rows of `x`.
@@ -36,13 +37,18 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                             true => ((qs[(4 * PANEL + r) * 4 + t] >> g) & 1) << 4,
                             false => 0,
                         };
+                        let iq4 = |q: u8| IQ4_VALUES[q as usize] as i32 + 128;
                         let (lo, hi) = match w.kind {
-                            PackedKind::Q8_0 => (byte, None),
-                            _ => ((byte & 0x0F) | fifth(g), Some((byte >> 4) | fifth(g + 4))),
+                            PackedKind::Q8_0 => (byte as i32, None),
+                            _ if w.kind.is_iq4() => (iq4(byte & 0x0F), Some(iq4(byte >> 4))),
+                            _ => (
+                                ((byte & 0x0F) | fifth(g)) as i32,
+                                Some(((byte >> 4) | fifth(g + 4)) as i32),
+                            ),
                         };
-                        dot += lo as i32 * xb.qs[4 * g + t] as i32;
+                        dot += lo * xb.qs[4 * g + t] as i32;
                         if let Some(hi) = hi {
-                            dot += hi as i32 * xb.qs[QK / 2 + 4 * g + t] as i32;
+                            dot += hi * xb.qs[QK / 2 + 4 * g + t] as i32;
                         }
                     }
                 }
@@ -53,6 +59,11 @@ pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out:
                     let m = half(w.m, sb) * w.sub[1][at] as f32;
                     acc = (dot as f32).mul_add(d * xb.d, acc);
                     acc = (-m).mul_add(xb.s, acc);
+                    continue;
+                }
+                if w.kind == PackedKind::IQ4XS {
+                    let d = half(w.d, b / (QK_K / QK)) * w.sub[0][b * PANEL + r] as i8 as f32;
+                    acc = (dot as f32).mul_add(d * xb.d, acc);
                     continue;
                 }
                 acc = (dot as f32).mul_add(half(w.d, b) * xb.d, acc);

@@ -10,12 +10,14 @@ use crate::backend::cpu::quant::dequantize;
 
 use crate::graph::DType;
 
-const KINDS: [(PackedKind, DType); 8] = [
+const KINDS: [(PackedKind, DType); 10] = [
     (PackedKind::Q4_0, DType::Q4_0),
     (PackedKind::Q4_1, DType::Q4_1),
     (PackedKind::Q5_0, DType::Q5_0),
     (PackedKind::Q5_1, DType::Q5_1),
     (PackedKind::Q8_0, DType::Q8_0),
+    (PackedKind::IQ4NL, DType::IQ4NL),
+    (PackedKind::IQ4XS, DType::IQ4XS),
     (PackedKind::Q4K, DType::Q4K),
     (PackedKind::Q5K, DType::Q5K),
     (PackedKind::Q6K, DType::Q6K),
