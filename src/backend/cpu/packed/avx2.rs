@@ -30,7 +30,7 @@ const ROWS: usize = 4;
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
     assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb * w.kind.sums_per_block());
-    assert!(out.len() >= rows * PANEL && w.is_whole());
+    assert!(out.len() >= rows * PANEL && w.is_whole() && !w.kind.is_float());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
     unsafe {
@@ -48,6 +48,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
                     PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
                     PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
                     PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, r0, g, h, out),
+                    PackedKind::F16 | PackedKind::BF16 => {}
                     PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, r0, g, h, out),
                 }
             }

@@ -13,6 +13,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod float;
 #[cfg(test)]
 mod scalar;
 #[cfg(test)]
@@ -61,6 +62,10 @@ pub(crate) enum PackedKind {
     /// Q5_K: Q4_K plus each weight's fifth bit in one 64-byte plane per block (byte `t`
     /// of a row holds, at bit `g`, that of group `g`'s weight `t`).
     Q5K,
+    /// f16 weights, in [`float`]'s panels of columns.
+    F16,
+    /// bf16 weights, in [`float`]'s panels of columns.
+    BF16,
     /// Q6_K, `d·sc·(q − 32)` with an `i8` `sc` per 16 weights: the low nibbles as Q4_1's,
     /// then the top two bits of each group's weights in two 64-byte planes (byte `t` of
     /// a row in plane `p` holds, at bits `2j..2j + 2`, those of group `4p + j`'s weight
@@ -82,6 +87,8 @@ impl PackedKind {
             DType::Q4K => Some(PackedKind::Q4K),
             DType::Q5K => Some(PackedKind::Q5K),
             DType::Q6K => Some(PackedKind::Q6K),
+            DType::F16 => Some(PackedKind::F16),
+            DType::BF16 => Some(PackedKind::BF16),
             _ => None,
         }
     }
@@ -99,6 +106,7 @@ impl PackedKind {
             PackedKind::Q4K => (QK_K, 144),
             PackedKind::Q5K => (QK_K, 176),
             PackedKind::Q6K => (QK_K, 210),
+            PackedKind::F16 | PackedKind::BF16 => (1, 2),
         }
     }
 
@@ -151,6 +159,11 @@ impl PackedKind {
             self,
             PackedKind::IQ4XS | PackedKind::Q4K | PackedKind::Q5K | PackedKind::Q6K
         )
+    }
+
+    /// Whether the weights are two-byte floats, in [`float`]'s layout and kernels.
+    fn is_float(self) -> bool {
+        matches!(self, PackedKind::F16 | PackedKind::BF16)
     }
 
     /// Whether the nibbles index [`IQ4_VALUES`] (IQ4_NL, IQ4_XS).
@@ -235,6 +248,8 @@ fn source_blocks(kind: PackedKind, row: &[u8], mut f: impl FnMut(usize, &SourceB
             sub: [0; 2],
         };
         match kind {
+            // Not blocks: `float::pack` lays these out.
+            PackedKind::F16 | PackedKind::BF16 => return,
             PackedKind::Q4_0 | PackedKind::IQ4NL => {
                 out.quants[..16].copy_from_slice(&block[2..18]);
             }
@@ -349,6 +364,9 @@ impl PackedWeight {
                 bytes.len()
             )));
         }
+        if kind.is_float() {
+            return Ok(float::pack(kind, bytes, n, k));
+        }
         let nb = k / QK;
         let per_scale = kind.blocks_per_scale();
         let panels = n.div_ceil(PANEL);
@@ -449,7 +467,7 @@ impl PackCache {
         n: usize,
         k: usize,
     ) -> Result<Option<Arc<PackedWeight>>, BackendError> {
-        let Some(kind) = PackedKind::of(dtype).filter(|_| available()) else {
+        let Some(kind) = PackedKind::of(dtype).filter(|&kind| available(kind)) else {
             return Ok(None);
         };
         let key = (bytes.as_ptr() as usize, bytes.len(), dtype, n);
@@ -554,9 +572,13 @@ fn kernel() -> Option<PanelFn> {
     }
 }
 
-/// Whether this CPU has packed kernels (so packing a weight pays).
-pub(crate) fn available() -> bool {
-    kernel().is_some()
+/// Whether this CPU has packed kernels for `kind` (so packing such a weight pays).
+fn available(kind: PackedKind) -> bool {
+    if kind.is_float() {
+        float::available()
+    } else {
+        kernel().is_some()
+    }
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` over the packed weight, panels in parallel on the
@@ -567,6 +589,10 @@ pub(crate) fn matmul(
     w: &PackedWeight,
     out: &mut [f32],
 ) -> Result<(), BackendError> {
+    check_sizes(x, m, w, out)?;
+    if w.kind.is_float() {
+        return float::matmul(x, m, w, out);
+    }
     let kernel = kernel().ok_or_else(|| {
         BackendError::Device(
             "packed weights need AVX2 or AVX-512 VNNI, which this CPU lacks".into(),
@@ -575,14 +601,8 @@ pub(crate) fn matmul(
     matmul_with(kernel, x, m, w, out)
 }
 
-/// [`matmul`] with a given panel kernel (tests run the scalar twin through it).
-fn matmul_with(
-    kernel: PanelFn,
-    x: &[f32],
-    m: usize,
-    w: &PackedWeight,
-    out: &mut [f32],
-) -> Result<(), BackendError> {
+/// That `x` is `[m, k]` and `out` `[m, n]` for `w`'s `[n, k]`.
+fn check_sizes(x: &[f32], m: usize, w: &PackedWeight, out: &[f32]) -> Result<(), BackendError> {
     let (n, k) = (w.n, w.k);
     if x.len() != m * k || out.len() != m * n {
         return Err(BackendError::Input(format!(
@@ -591,14 +611,47 @@ fn matmul_with(
             out.len()
         )));
     }
-    if m == 0 || n == 0 {
+    Ok(())
+}
+
+/// [`matmul`] with a given panel kernel for a block-format weight (tests run the scalar
+/// twin through it).
+fn matmul_with(
+    kernel: PanelFn,
+    x: &[f32],
+    m: usize,
+    w: &PackedWeight,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    check_sizes(x, m, w, out)?;
+    if m == 0 || w.n == 0 {
         return Ok(());
     }
-    let acts = Activations::quantize(x, m, k, w.kind.sums_per_block())?;
+    let acts = Activations::quantize(x, m, w.k, w.kind.sums_per_block())?;
+    for_panels(m, w.n, out, |p, r0, rows, o| {
+        let (xb, sums) = acts.rows(r0..r0 + rows);
+        kernel(w.panel(p), xb, sums, rows, o);
+    });
+    Ok(())
+}
+
+/// Runs `panel(p, r0, rows, o)` for every panel `p` of an `n`-row weight and every group
+/// of up to [`ROW_GROUP`] activation rows from `r0`, `o` being that group's
+/// `rows × PANEL` outputs; panels in parallel, then the results gathered into
+/// `out [m, n]`.
+fn for_panels(
+    m: usize,
+    n: usize,
+    out: &mut [f32],
+    panel: impl Fn(usize, usize, usize, &mut [f32]) + Sync,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
     let panels = n.div_ceil(PANEL);
     // Output panel-major, `[panel][m][PANEL]`, so tasks own whole chunks; one row of
     // activations with whole panels is already `out`'s layout.
-    let direct = m == 1 && n % PANEL == 0;
+    let direct = m == 1 && n.is_multiple_of(PANEL);
     let mut staged = if direct {
         Vec::new()
     } else {
@@ -615,14 +668,7 @@ fn matmul_with(
                 let p = t * per_task + i;
                 for r0 in (0..m).step_by(ROW_GROUP) {
                     let rows = ROW_GROUP.min(m - r0);
-                    let (xb, sums) = acts.rows(r0..r0 + rows);
-                    kernel(
-                        w.panel(p),
-                        xb,
-                        sums,
-                        rows,
-                        &mut o[r0 * PANEL..(r0 + rows) * PANEL],
-                    );
+                    panel(p, r0, rows, &mut o[r0 * PANEL..(r0 + rows) * PANEL]);
                 }
             }
         });
@@ -634,5 +680,4 @@ fn matmul_with(
             }
         }
     }
-    Ok(())
 }

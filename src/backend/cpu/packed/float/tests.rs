@@ -1,0 +1,104 @@
+//! The float panel kernels: the scalar twin against an f64 product, the AVX-512 and
+//! AVX2 kernels against the twin bit for bit, rows alone against rows in a batch.
+
+use half::{bf16, f16};
+
+use super::super::{PackedKind, PackedWeight};
+use super::{matmul_with, scalar, FloatPanelFn};
+use crate::backend::cpu::kernels::testutil::lcg;
+
+/// Random `[n, k]` weights in `[-1, 1)` as `kind`'s bytes, and their exact f32 values.
+fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes = Vec::with_capacity(2 * n * k);
+    let mut values = Vec::with_capacity(n * k);
+    for v in lcg(seed, n * k) {
+        let v = v * 2.0 - 1.0;
+        let (b, exact) = match kind {
+            PackedKind::BF16 => (bf16::from_f32(v).to_le_bytes(), bf16::from_f32(v).to_f32()),
+            _ => (f16::from_f32(v).to_le_bytes(), f16::from_f32(v).to_f32()),
+        };
+        bytes.extend_from_slice(&b);
+        values.push(exact);
+    }
+    (bytes, values)
+}
+
+fn run(kernel: FloatPanelFn, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; m * w.rows()];
+    matmul_with(kernel, x, m, w, &mut out);
+    out
+}
+
+#[test]
+fn scalar_twin_matches_an_f64_product() {
+    for kind in [PackedKind::F16, PackedKind::BF16] {
+        for (n, k, m) in [(16, 32, 1), (37, 95, 3), (64, 576, 9)] {
+            let (raw, wf) = weights(kind, n, k, 5 + n as u64);
+            let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
+            let x: Vec<f32> = lcg(9 + m as u64, m * k)
+                .iter()
+                .map(|v| v * 2.0 - 1.0)
+                .collect();
+            let got = run(scalar, &w, &x, m);
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|t| x[i * k + t] as f64 * wf[j * k + t] as f64)
+                        .sum();
+                    let g = got[i * n + j] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-5 * k as f64,
+                        "{kind:?} [{n},{k}]×{m}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
+    match super::avx512::kernel() {
+        Some(simd) => matches_the_scalar_twin(simd, "AVX-512"),
+        None => println!("skipped: this CPU lacks AVX-512 F"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
+    match super::avx2::kernel() {
+        Some(simd) => matches_the_scalar_twin(simd, "AVX2"),
+        None => println!("skipped: this CPU lacks AVX2"),
+    }
+}
+
+/// `simd` equals the scalar twin bit for bit (odd `k` included), and each row alone
+/// equals the same row inside a batch.
+fn matches_the_scalar_twin(simd: FloatPanelFn, name: &str) {
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for kind in [PackedKind::F16, PackedKind::BF16] {
+        for (n, k) in [(16, 32), (40, 161), (96, 576)] {
+            let (raw, _) = weights(kind, n, k, 3 + k as u64);
+            let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
+            for m in [1, 2, 3, 5, 8, 9, 19] {
+                let x: Vec<f32> = lcg(m as u64, m * k).iter().map(|v| v * 4.0 - 2.0).collect();
+                let got = run(simd, &w, &x, m);
+                assert_eq!(
+                    bits(&got),
+                    bits(&run(scalar, &w, &x, m)),
+                    "{name} {kind:?} [{n},{k}]×{m}"
+                );
+                for i in 0..m {
+                    let alone = run(simd, &w, &x[i * k..(i + 1) * k], 1);
+                    assert_eq!(
+                        bits(&alone),
+                        bits(&got[i * n..(i + 1) * n]),
+                        "{name} {kind:?} row {i} of {m}"
+                    );
+                }
+            }
+        }
+    }
+}
