@@ -1,5 +1,6 @@
-//! Block-format weights repacked once, at compile time, into panels of [`PANEL`] rows,
-//! so one integer dot-product instruction (`vpdpbusd` with AVX-512 VNNI, `vpmaddubsw`
+//! Weights repacked once, at compile time, into panels of [`PANEL`] rows. Block
+//! formats (the 32-weight ones and the K-quants, as 32-weight blocks): one integer
+//! dot-product instruction (`vpdpbusd` with AVX-512 VNNI, `vpmaddubsw`
 //! on 8 rows with AVX2) multiplies a 4-byte group of an activation row, broadcast, with
 //! the same group of 16 (8) weight rows at once. Each lane
 //! then ends a block holding one weight row's whole integer dot product, so a block
@@ -7,7 +8,9 @@
 //! reductions, and every activation row of a step reuses the unpacked panel.
 //!
 //! Every row of the activations goes through the same arithmetic whatever the number of
-//! rows, so results are batch-invariant; Q4_0 and Q8_0 offsets are applied in integers.
+//! rows, so results are batch-invariant; offsets (Q4_0's 8, Q8_0's stored 128, ...) are
+//! applied in integers. F16 and BF16 weights have their own panels and f32 kernels in
+//! [`float`].
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -34,7 +37,7 @@ pub(crate) const PANEL: usize = 16;
 /// Activation rows whose accumulators a kernel keeps in registers at once.
 const ROW_GROUP: usize = 8;
 
-/// The block formats with a packed layout.
+/// The weight formats with a packed layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PackedKind {
     /// `(q − 8)·d`: nibbles, the −8 applied to the integer sum.
@@ -62,15 +65,15 @@ pub(crate) enum PackedKind {
     /// Q5_K: Q4_K plus each weight's fifth bit in one 64-byte plane per block (byte `t`
     /// of a row holds, at bit `g`, that of group `g`'s weight `t`).
     Q5K,
-    /// f16 weights, in [`float`]'s panels of columns.
-    F16,
-    /// bf16 weights, in [`float`]'s panels of columns.
-    BF16,
     /// Q6_K, `d·sc·(q − 32)` with an `i8` `sc` per 16 weights: the low nibbles as Q4_1's,
     /// then the top two bits of each group's weights in two 64-byte planes (byte `t` of
     /// a row in plane `p` holds, at bits `2j..2j + 2`, those of group `4p + j`'s weight
     /// `t`); the 32 and both scales applied to each 16-weight half's integer sum.
     Q6K,
+    /// f16 weights, in [`float`]'s panels of columns.
+    F16,
+    /// bf16 weights, in [`float`]'s panels of column pairs.
+    BF16,
 }
 
 impl PackedKind {
@@ -166,7 +169,7 @@ impl PackedKind {
         matches!(self, PackedKind::F16 | PackedKind::BF16)
     }
 
-    /// Whether the nibbles index [`IQ4_VALUES`] (IQ4_NL, IQ4_XS).
+    /// Whether the nibbles index `IQ4_VALUES` (IQ4_NL, IQ4_XS).
     fn is_iq4(self) -> bool {
         matches!(self, PackedKind::IQ4NL | PackedKind::IQ4XS)
     }
@@ -198,10 +201,11 @@ struct CacheLine([u8; 64]);
 ///
 /// Per panel and block: the quants as groups of 4 bytes, group-major then row-major
 /// (for nibble formats, byte group `g` holds elements `4g..4g+4` in its low nibbles and
-/// `16+4g..` in its high ones), then 16 f16 scales (and, for Q4_1, 16 f16 minimums).
-/// Q4_K's and Q6_K's f16 `d` (and Q4_K's `dmin`) are per panel and super-block; their
-/// per-block bytes (`sub`: Q4_K's `sc` and `mn`, Q6_K's `i8` scales of the two halves)
-/// per panel and block.
+/// `16+4g..` in its high ones; bit planes follow as further groups), then 16 f16 scales
+/// (and, for Q4_1 and Q5_1, 16 f16 minimums). The K-quants' and IQ4_XS's f16 `d` (and
+/// `dmin`) are per panel and super-block; their per-block bytes (`sub`: Q4_K's and
+/// Q5_K's `sc` and `mn`, Q6_K's `i8` scales of the two halves, IQ4_XS's `i8` scale) per
+/// panel and block. Float kinds keep only `qs` ([`float`]'s layout).
 pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,

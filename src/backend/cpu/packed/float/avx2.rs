@@ -1,5 +1,5 @@
-//! AVX2 float panel kernel: as the AVX-512 one on each half of the panel (8 rows, one
-//! 256-bit register), up to four activation rows at a time. Twin of [`super::scalar`],
+//! AVX2 float panel kernel: as the AVX-512 f32 FMA one on each half of the panel (8
+//! rows, one 256-bit register), up to four activation rows at a time. Twin of [`super::scalar`],
 //! bit for bit.
 
 use std::arch::x86_64::*;
@@ -20,7 +20,7 @@ const HALF: usize = PANEL / 2;
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     assert!(x.len() >= rows * w.k && out.len() >= rows * PANEL);
-    assert!(w.w.len() >= w.k * PANEL);
+    assert!(w.w.len() >= w.stored() * PANEL);
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernel makes.
     unsafe {
@@ -58,20 +58,35 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(
     out: &mut [f32],
 ) {
     let k = w.k;
-    let (wp, xp) = (w.w.as_ptr().add(HALF * h), x.as_ptr().add(r0 * k));
-    let column = |c: usize| {
-        let v = _mm_loadu_si128(wp.add(c * PANEL).cast());
+    let (wp, xp) = (w.w.as_ptr(), x.as_ptr().add(r0 * k));
+    // Columns c and c + 1 (c even) of the half's 8 rows: f16 one column a 128-bit
+    // load; bf16 pairs (each row's two values side by side) split by a shift and a mask.
+    let columns = |c: usize| {
         if BF16 {
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)))
+            let v = _mm256_loadu_si256(wp.add(c * PANEL + 2 * HALF * h).cast());
+            let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+            (
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v)),
+                _mm256_castsi256_ps(_mm256_and_si256(v, high)),
+            )
         } else {
-            _mm256_cvtph_ps(v)
+            let half =
+                |c: usize| _mm256_cvtph_ps(_mm_loadu_si128(wp.add(c * PANEL + HALF * h).cast()));
+            (
+                half(c),
+                if c + 1 < k {
+                    half(c + 1)
+                } else {
+                    _mm256_setzero_ps()
+                },
+            )
         }
     };
     let mut even = [_mm256_setzero_ps(); G];
     let mut odd = [_mm256_setzero_ps(); G];
     let mut c = 0;
     while c + 2 <= k {
-        let (w0, w1) = (column(c), column(c + 1));
+        let (w0, w1) = columns(c);
         for i in 0..G {
             let xi = xp.add(i * k + c);
             even[i] = _mm256_fmadd_ps(w0, _mm256_set1_ps(*xi), even[i]);
@@ -80,7 +95,7 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(
         c += 2;
     }
     if c < k {
-        let w0 = column(c);
+        let (w0, _) = columns(c);
         for (i, even) in even.iter_mut().enumerate() {
             *even = _mm256_fmadd_ps(w0, _mm256_set1_ps(*xp.add(i * k + c)), *even);
         }

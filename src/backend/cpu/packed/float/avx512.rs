@@ -1,13 +1,14 @@
-//! AVX-512 float panel kernel: per column, the panel's 16 values widened in one
-//! register (`vcvtph2ps`, or a zero-extend and shift for bf16), then one FMA per
-//! activation row into that row's even- or odd-column accumulator. Twin of
-//! [`super::scalar`], bit for bit.
+//! AVX-512 float panel kernels. f32 FMA: per column, the panel's 16 values widened in
+//! one register (`vcvtph2ps`; bf16 pairs split by a shift and a mask, exactly), then one
+//! FMA per activation row into that row's even- or odd-column accumulator, twin of
+//! [`super::scalar`] bit for bit. With AVX-512 BF16: one `vdpbf16ps` per pair of columns
+//! and activation row, into even- or odd-pair accumulators.
 
 use std::arch::x86_64::*;
 
-use super::{FloatPanel, FloatPanelFn, PANEL};
+use super::{Bf16DotFn, FloatPanel, FloatPanelFn, PANEL};
 
-/// The kernel when this CPU has AVX-512 F (with F16C and FMA).
+/// The f32 FMA kernel when this CPU has AVX-512 F (with F16C and FMA).
 pub(super) fn kernel() -> Option<FloatPanelFn> {
     let ok = is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("f16c")
@@ -15,10 +16,16 @@ pub(super) fn kernel() -> Option<FloatPanelFn> {
     ok.then_some(panel as FloatPanelFn)
 }
 
+/// The bf16 pair kernel when this CPU has AVX-512 F and BF16.
+pub(super) fn bf16_dot_kernel() -> Option<Bf16DotFn> {
+    let ok = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16");
+    ok.then_some(bf16_panel as Bf16DotFn)
+}
+
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     assert!(rows <= 8 && x.len() >= rows * w.k && out.len() >= rows * PANEL);
-    assert!(w.w.len() >= w.k * PANEL);
+    assert!(w.w.len() >= w.stored() * PANEL);
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernel makes.
     unsafe {
@@ -52,19 +59,32 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
 unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32], out: &mut [f32]) {
     let k = w.k;
     let (wp, xp) = (w.w.as_ptr(), x.as_ptr());
-    let column = |c: usize| {
-        let v = _mm256_loadu_si256(wp.add(c * PANEL).cast());
+    // Columns c and c + 1 (c even) of the panel's 16 rows.
+    let columns = |c: usize| {
         if BF16 {
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+            let v = _mm512_loadu_si512(wp.add(c * PANEL).cast());
+            let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+            (
+                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v)),
+                _mm512_castsi512_ps(_mm512_and_si512(v, high)),
+            )
         } else {
-            _mm512_cvtph_ps(v)
+            let half = |c: usize| _mm512_cvtph_ps(_mm256_loadu_si256(wp.add(c * PANEL).cast()));
+            (
+                half(c),
+                if c + 1 < k {
+                    half(c + 1)
+                } else {
+                    _mm512_setzero_ps()
+                },
+            )
         }
     };
     let mut even = [_mm512_setzero_ps(); G];
     let mut odd = [_mm512_setzero_ps(); G];
     let mut c = 0;
     while c + 2 <= k {
-        let (w0, w1) = (column(c), column(c + 1));
+        let (w0, w1) = columns(c);
         for i in 0..G {
             let xi = xp.add(i * k + c);
             even[i] = _mm512_fmadd_ps(w0, _mm512_set1_ps(*xi), even[i]);
@@ -73,9 +93,71 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32]
         c += 2;
     }
     if c < k {
-        let w0 = column(c);
+        let (w0, _) = columns(c);
         for (i, even) in even.iter_mut().enumerate() {
             *even = _mm512_fmadd_ps(w0, _mm512_set1_ps(*xp.add(i * k + c)), *even);
+        }
+    }
+    for i in 0..G {
+        _mm512_storeu_ps(
+            out.as_mut_ptr().add(i * PANEL),
+            _mm512_add_ps(even[i], odd[i]),
+        );
+    }
+}
+
+/// Safe entry point: only handed out by [`bf16_dot_kernel`] after the features were
+/// detected.
+fn bf16_panel(w: FloatPanel<'_>, x: &[u32], rows: usize, out: &mut [f32]) {
+    let pairs = w.k.div_ceil(2);
+    assert!(w.bf16 && rows <= 8 && x.len() >= rows * pairs && out.len() >= rows * PANEL);
+    assert!(w.w.len() >= pairs * 2 * PANEL);
+    // SAFETY: `bf16_dot_kernel` checked the CPU features; the asserts above bound every
+    // read and write the kernel makes.
+    unsafe {
+        match rows {
+            1 => pairs_of::<1>(w, x, out),
+            2 => pairs_of::<2>(w, x, out),
+            3 => pairs_of::<3>(w, x, out),
+            4 => pairs_of::<4>(w, x, out),
+            5 => pairs_of::<5>(w, x, out),
+            6 => pairs_of::<6>(w, x, out),
+            7 => pairs_of::<7>(w, x, out),
+            8 => pairs_of::<8>(w, x, out),
+            _ => {}
+        }
+    }
+}
+
+/// `G` rows of bf16 activation pairs against a bf16 panel.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16; the slices must be as [`bf16_panel`] asserts.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pairs_of<const G: usize>(w: FloatPanel<'_>, x: &[u32], out: &mut [f32]) {
+    let pairs = w.k.div_ceil(2);
+    let (wp, xp) = (w.w.as_ptr(), x.as_ptr());
+    // Any 512 bits are a valid `__m512bh`: the bf16 operands are loaded and broadcast as
+    // integers and reinterpreted.
+    let load = |q: usize| wp.add(q * 2 * PANEL).cast::<__m512bh>().read_unaligned();
+    let bcast = |i: usize, q: usize| {
+        std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(*xp.add(i * pairs + q) as i32))
+    };
+    let mut even = [_mm512_setzero_ps(); G];
+    let mut odd = [_mm512_setzero_ps(); G];
+    let mut q = 0;
+    while q + 2 <= pairs {
+        let (w0, w1) = (load(q), load(q + 1));
+        for i in 0..G {
+            even[i] = _mm512_dpbf16_ps(even[i], w0, bcast(i, q));
+            odd[i] = _mm512_dpbf16_ps(odd[i], w1, bcast(i, q + 1));
+        }
+        q += 2;
+    }
+    if q < pairs {
+        let w0 = load(q);
+        for (i, even) in even.iter_mut().enumerate() {
+            *even = _mm512_dpbf16_ps(*even, w0, bcast(i, q));
         }
     }
     for i in 0..G {

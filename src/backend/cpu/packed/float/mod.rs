@@ -1,9 +1,15 @@
-//! f16 and bf16 weights in panels of [`PANEL`] rows: per input column, the panel's 16
-//! values side by side (32 bytes), so one conversion gives 16 rows' weights for that
-//! column and each activation row adds them with one FMA against its broadcast value.
-//! Activations stay f32 (no rounding to the weights' type). Each row's dot product is
-//! two partial sums, over even and odd columns, added at the end, whatever the number
-//! of rows: results are batch-invariant, and one row has two FMA chains in flight.
+//! f16 and bf16 weights in panels of [`PANEL`] rows. f16: per input column, the
+//! panel's 16 values side by side (32 bytes); bf16: per pair of columns, each row's two
+//! values side by side (64 bytes), the operand layout of `vdpbf16ps`. One conversion
+//! (or none) gives 16 rows' weights for a column and each activation row adds them with
+//! one FMA against its broadcast value, f32 throughout. Each row's dot product is two
+//! partial sums, over even and odd columns (pairs, for `vdpbf16ps`), added at the end,
+//! whatever the number of rows: results are batch-invariant, and one row has two chains
+//! in flight.
+//!
+//! On CPUs with AVX-512 BF16, bf16 weights take `vdpbf16ps` on activations rounded to
+//! bf16, as llama.cpp does (twice the products per instruction; ≤ 2⁻⁹ relative error
+//! per activation); elsewhere they take the f32 FMA kernel, bit for bit its scalar twin.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -15,7 +21,8 @@ mod tests;
 use super::{for_panels, CacheLine, PackedKind, PackedWeight, PANEL};
 use crate::backend::BackendError;
 
-/// One panel of a float [`PackedWeight`]: `k` columns of [`PANEL`] two-byte values.
+/// One panel of a float [`PackedWeight`]: `k` columns of [`PANEL`] two-byte values
+/// (bf16: `k` rounded up to whole pairs, the last padded with zero).
 #[derive(Clone, Copy)]
 struct FloatPanel<'a> {
     bf16: bool,
@@ -23,11 +30,39 @@ struct FloatPanel<'a> {
     k: usize,
 }
 
+/// Two-byte values stored per row of a panel for `k` columns.
+fn stored_columns(kind: PackedKind, k: usize) -> usize {
+    match kind {
+        PackedKind::BF16 => k.div_ceil(2) * 2,
+        _ => k,
+    }
+}
+
+impl FloatPanel<'_> {
+    /// Two-byte values stored per row.
+    fn stored(&self) -> usize {
+        if self.bf16 {
+            self.k.div_ceil(2) * 2
+        } else {
+            self.k
+        }
+    }
+}
+
+/// Where column `c` of row `r` sits in a panel's values.
+fn slot(bf16: bool, c: usize, r: usize) -> usize {
+    if bf16 {
+        ((c / 2) * PANEL + r) * 2 + c % 2
+    } else {
+        c * PANEL + r
+    }
+}
+
 #[cfg(test)]
 impl FloatPanel<'_> {
-    /// Value `i` of the panel (column `i / PANEL`, row `i % PANEL`) as f32, exactly.
-    fn value(&self, i: usize) -> f32 {
-        let v = self.w[i];
+    /// Column `c` of row `r` as f32, exactly.
+    fn value(&self, c: usize, r: usize) -> f32 {
+        let v = self.w[slot(self.bf16, c, r)];
         if self.bf16 {
             f32::from_bits((v as u32) << 16)
         } else {
@@ -40,14 +75,25 @@ impl FloatPanel<'_> {
 /// (1 to 8) rows of `x`, each `w.k` values.
 type FloatPanelFn = fn(FloatPanel<'_>, &[f32], usize, &mut [f32]);
 
-/// Whether this CPU has a float panel kernel.
-pub(super) fn available() -> bool {
-    kernel().is_some()
+/// As [`FloatPanelFn`] for bf16 panels, `x` as bf16 pairs (`k / 2` rounded up per row,
+/// the low half the even column).
+type Bf16DotFn = fn(FloatPanel<'_>, &[u32], usize, &mut [f32]);
+
+/// A float panel kernel: f32 FMAs, or bf16 pair dot products.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Fma(FloatPanelFn),
+    Bf16Dot(Bf16DotFn),
 }
 
-/// The float panel kernel of this CPU, if it has one: AVX-512 F, else AVX2 with FMA
+/// Whether this CPU has float panel kernels.
+pub(super) fn available() -> bool {
+    fma_kernel().is_some()
+}
+
+/// The f32 FMA panel kernel of this CPU, if it has one: AVX-512 F, else AVX2 with FMA
 /// and F16C.
-fn kernel() -> Option<FloatPanelFn> {
+fn fma_kernel() -> Option<FloatPanelFn> {
     #[cfg(target_arch = "x86_64")]
     {
         static KERNEL: std::sync::OnceLock<Option<FloatPanelFn>> = std::sync::OnceLock::new();
@@ -59,16 +105,28 @@ fn kernel() -> Option<FloatPanelFn> {
     }
 }
 
+/// The kernel for `kind`'s panels on this CPU.
+fn kernel(kind: PackedKind) -> Option<Kernel> {
+    #[cfg(target_arch = "x86_64")]
+    if kind == PackedKind::BF16 {
+        if let Some(dot) = avx512::bf16_dot_kernel() {
+            return Some(Kernel::Bf16Dot(dot));
+        }
+    }
+    fma_kernel().map(Kernel::Fma)
+}
+
 /// Lays the `[n, k]` two-byte values in `bytes` out as panels (the caller checked the
 /// size); the last panel's missing rows are zeros.
 pub(super) fn pack(kind: PackedKind, bytes: &[u8], n: usize, k: usize) -> PackedWeight {
-    let panels = n.div_ceil(PANEL);
-    let mut lines = vec![CacheLine([0; 64]); (panels * k * PANEL * 2).div_ceil(64)];
+    let (panels, cols) = (n.div_ceil(PANEL), stored_columns(kind, k));
+    let bf16 = kind == PackedKind::BF16;
+    let mut lines = vec![CacheLine([0; 64]); (panels * cols * PANEL * 2).div_ceil(64)];
     let values: &mut [u16] = bytemuck::cast_slice_mut(&mut lines);
     for (row, src) in bytes.chunks_exact(2 * k).enumerate() {
         let (p, r) = (row / PANEL, row % PANEL);
         for (c, v) in src.chunks_exact(2).enumerate() {
-            values[(p * k + c) * PANEL + r] = u16::from_le_bytes([v[0], v[1]]);
+            values[p * cols * PANEL + slot(bf16, c, r)] = u16::from_le_bytes([v[0], v[1]]);
         }
     }
     PackedWeight {
@@ -84,28 +142,51 @@ pub(super) fn pack(kind: PackedKind, bytes: &[u8], n: usize, k: usize) -> Packed
 
 /// `out [m, n] = x [m, k] · wᵀ` for a float packed weight with `kernel`, panels in
 /// parallel on the current rayon pool (sizes checked by the caller).
-fn matmul_with(kernel: FloatPanelFn, x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
-    let k = w.k;
+fn matmul_with(kernel: Kernel, x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
+    let (k, cols) = (w.k, stored_columns(w.kind, w.k));
     let values: &[u16] = bytemuck::cast_slice(&w.qs);
     let bf16 = w.kind == PackedKind::BF16;
-    for_panels(m, w.n, out, |p, r0, rows, o| {
-        let panel = FloatPanel {
-            bf16,
-            w: &values[p * k * PANEL..(p + 1) * k * PANEL],
-            k,
-        };
-        kernel(panel, &x[r0 * k..(r0 + rows) * k], rows, o);
-    });
+    let panel = |p: usize| FloatPanel {
+        bf16,
+        w: &values[p * cols * PANEL..(p + 1) * cols * PANEL],
+        k,
+    };
+    match kernel {
+        Kernel::Fma(f) => for_panels(m, w.n, out, |p, r0, rows, o| {
+            f(panel(p), &x[r0 * k..(r0 + rows) * k], rows, o);
+        }),
+        Kernel::Bf16Dot(f) => {
+            let pairs = k.div_ceil(2);
+            let xb = bf16_pairs(x, m, k);
+            for_panels(m, w.n, out, |p, r0, rows, o| {
+                f(panel(p), &xb[r0 * pairs..(r0 + rows) * pairs], rows, o);
+            });
+        }
+    }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` with this CPU's float panel kernel.
+/// The `[m, k]` activations rounded to bf16 (to nearest, ties to even), two columns a
+/// word, each row padded to whole pairs with zero.
+fn bf16_pairs(x: &[f32], m: usize, k: usize) -> Vec<u32> {
+    let b = |v: f32| half::bf16::from_f32(v).to_bits() as u32;
+    let mut out = Vec::with_capacity(m * k.div_ceil(2));
+    for row in x.chunks_exact(k).take(m) {
+        out.extend(
+            row.chunks(2)
+                .map(|p| b(p[0]) | p.get(1).map_or(0, |&v| b(v)) << 16),
+        );
+    }
+    out
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` with this CPU's float panel kernel for `w`.
 pub(super) fn matmul(
     x: &[f32],
     m: usize,
     w: &PackedWeight,
     out: &mut [f32],
 ) -> Result<(), BackendError> {
-    let kernel = kernel().ok_or_else(|| {
+    let kernel = kernel(w.kind).ok_or_else(|| {
         BackendError::Device(
             "packed f16/bf16 weights need AVX2 and FMA, which this CPU lacks".into(),
         )
@@ -114,8 +195,8 @@ pub(super) fn matmul(
     Ok(())
 }
 
-/// The portable twin: the same FMAs in the same order, so the SIMD kernels must match
-/// it bit for bit.
+/// The portable twin of the FMA kernels: the same FMAs in the same order, so those
+/// must match it bit for bit.
 #[cfg(test)]
 fn scalar(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     let k = w.k;
@@ -123,7 +204,7 @@ fn scalar(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
         for r in 0..PANEL {
             let mut acc = [0.0f32; 2];
             for c in 0..k {
-                acc[c % 2] = w.value(c * PANEL + r).mul_add(x[i * k + c], acc[c % 2]);
+                acc[c % 2] = w.value(c, r).mul_add(x[i * k + c], acc[c % 2]);
             }
             out[i * PANEL + r] = acc[0] + acc[1];
         }

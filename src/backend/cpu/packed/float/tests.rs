@@ -1,10 +1,11 @@
 //! The float panel kernels: the scalar twin against an f64 product, the AVX-512 and
-//! AVX2 kernels against the twin bit for bit, rows alone against rows in a batch.
+//! AVX2 FMA kernels against the twin bit for bit, the bf16 pair kernel against an f64
+//! product of its rounded activations, rows alone against rows in a batch.
 
 use half::{bf16, f16};
 
 use super::super::{PackedKind, PackedWeight};
-use super::{matmul_with, scalar, FloatPanelFn};
+use super::{matmul_with, scalar, Kernel};
 use crate::backend::cpu::kernels::testutil::lcg;
 
 /// Random `[n, k]` weights in `[-1, 1)` as `kind`'s bytes, and their exact f32 values.
@@ -23,7 +24,7 @@ fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32
     (bytes, values)
 }
 
-fn run(kernel: FloatPanelFn, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
+fn run(kernel: Kernel, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
     let mut out = vec![f32::NAN; m * w.rows()];
     matmul_with(kernel, x, m, w, &mut out);
     out
@@ -39,7 +40,7 @@ fn scalar_twin_matches_an_f64_product() {
                 .iter()
                 .map(|v| v * 2.0 - 1.0)
                 .collect();
-            let got = run(scalar, &w, &x, m);
+            let got = run(Kernel::Fma(scalar), &w, &x, m);
             for i in 0..m {
                 for j in 0..n {
                     let want: f64 = (0..k)
@@ -60,7 +61,7 @@ fn scalar_twin_matches_an_f64_product() {
 #[test]
 fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
     match super::avx512::kernel() {
-        Some(simd) => matches_the_scalar_twin(simd, "AVX-512"),
+        Some(simd) => matches_the_scalar_twin(Kernel::Fma(simd), "AVX-512"),
         None => println!("skipped: this CPU lacks AVX-512 F"),
     }
 }
@@ -69,14 +70,14 @@ fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
 #[test]
 fn avx2_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
     match super::avx2::kernel() {
-        Some(simd) => matches_the_scalar_twin(simd, "AVX2"),
+        Some(simd) => matches_the_scalar_twin(Kernel::Fma(simd), "AVX2"),
         None => println!("skipped: this CPU lacks AVX2"),
     }
 }
 
 /// `simd` equals the scalar twin bit for bit (odd `k` included), and each row alone
 /// equals the same row inside a batch.
-fn matches_the_scalar_twin(simd: FloatPanelFn, name: &str) {
+fn matches_the_scalar_twin(simd: Kernel, name: &str) {
     let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     for kind in [PackedKind::F16, PackedKind::BF16] {
         for (n, k) in [(16, 32), (40, 161), (96, 576)] {
@@ -87,7 +88,7 @@ fn matches_the_scalar_twin(simd: FloatPanelFn, name: &str) {
                 let got = run(simd, &w, &x, m);
                 assert_eq!(
                     bits(&got),
-                    bits(&run(scalar, &w, &x, m)),
+                    bits(&run(Kernel::Fma(scalar), &w, &x, m)),
                     "{name} {kind:?} [{n},{k}]×{m}"
                 );
                 for i in 0..m {
@@ -98,6 +99,42 @@ fn matches_the_scalar_twin(simd: FloatPanelFn, name: &str) {
                         "{name} {kind:?} row {i} of {m}"
                     );
                 }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn bf16_pair_kernel_matches_an_f64_product_of_rounded_activations() {
+    let Some(dot) = super::avx512::bf16_dot_kernel() else {
+        println!("skipped: this CPU lacks AVX-512 BF16");
+        return;
+    };
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (n, k) in [(16, 32), (40, 161), (96, 576)] {
+        let (raw, wf) = weights(PackedKind::BF16, n, k, 13 + k as u64);
+        let w = PackedWeight::pack(PackedKind::BF16, &raw, n, k).unwrap();
+        for m in [1, 3, 8, 19] {
+            let x: Vec<f32> = lcg(m as u64, m * k).iter().map(|v| v * 4.0 - 2.0).collect();
+            let got = run(Kernel::Bf16Dot(dot), &w, &x, m);
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|t| bf16::from_f32(x[i * k + t]).to_f64() * wf[j * k + t] as f64)
+                        .sum();
+                    let g = got[i * n + j] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-5 * k as f64,
+                        "[{n},{k}]×{m}: {g} vs {want}"
+                    );
+                }
+                let alone = run(Kernel::Bf16Dot(dot), &w, &x[i * k..(i + 1) * k], 1);
+                assert_eq!(
+                    bits(&alone),
+                    bits(&got[i * n..(i + 1) * n]),
+                    "row {i} of {m}"
+                );
             }
         }
     }
