@@ -13,7 +13,9 @@ use switchyard::backend::cpu::CpuBackend;
 use switchyard::graph::DType;
 
 /// `(dtype, m, k, n)` cases: decode (m = 1), batched decode of 16 sequences (m = 16)
-/// and prefill (m = 64) projections, the Q8_0 output head.
+/// and prefill (m = 64) projections of the default model (576 wide) and the 1B-class
+/// model (2048 wide), and the output heads: the default model's Q8_0 one and the 1B
+/// model's 128256 rows (Q6_K in its Q4_K_M file), larger than any cache.
 const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q4_1, 1, 576, 1536),
     (DType::Q4_1, 1, 1536, 576),
@@ -37,6 +39,8 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q6K, 64, 1536, 576),
     (DType::Q6K, 1, 2048, 8192),
     (DType::Q6K, 64, 2048, 8192),
+    (DType::Q6K, 1, 2048, 128256),
+    (DType::Q4_0, 1, 2048, 128256),
     (DType::F16, 1, 576, 1536),
     (DType::F16, 64, 576, 1536),
     (DType::F16, 1, 576, 49152),
