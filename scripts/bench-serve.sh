@@ -51,6 +51,9 @@ log="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$log"; }
 trap cleanup EXIT
+# Run a copy: a rebuild of the checkout during the run must not change the binary.
+cp "$bin" "$log/switchyard.bin"
+bin="$log/switchyard.bin"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_healthy() {

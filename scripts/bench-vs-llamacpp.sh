@@ -63,6 +63,10 @@ tools="$("$root/scripts/llamacpp-tools.sh")"
 out="${keep:-$(mktemp -d)}"
 mkdir -p "$out"
 [ -n "$keep" ] || trap 'rm -rf "$out"' EXIT
+# Run a copy: a rebuild of the checkout while the matrix runs must not change the binary
+# between formats.
+cp "$bin" "$out/switchyard.bin"
+bin="$out/switchyard.bin"
 
 # The matrix: one "LABEL PATH" line per model file.
 if [ -n "$model" ]; then
