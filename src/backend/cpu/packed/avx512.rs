@@ -1,7 +1,8 @@
 //! AVX-512 VNNI packed kernels: per block, the panel's weight groups in eight registers
-//! (16 rows × 4 bytes each), one `vpdpbusd` per group and activation row with the
-//! row's 4 bytes broadcast, then one conversion and one FMA (two for Q4_1) per row.
-//! Twin of [`super::scalar`], bit for bit.
+//! (16 rows × 4 bytes each; nibbles split, bit planes merged in, IQ4 values looked up
+//! with `vpshufb`), one `vpdpbusd` per group and activation row with the row's 4 bytes
+//! broadcast, then one conversion and one or two FMAs per row (Q6_K: each 16-weight
+//! half's sum times its scale in integers first). Twin of [`super::scalar`], bit for bit.
 
 use std::arch::x86_64::*;
 
