@@ -474,6 +474,10 @@ impl PackCache {
         let Some(kind) = PackedKind::of(dtype).filter(|&kind| available(kind)) else {
             return Ok(None);
         };
+        if n == 0 || k == 0 {
+            // Nothing to pack: the unpacked path gives an empty product.
+            return Ok(None);
+        }
         let key = (bytes.as_ptr() as usize, bytes.len(), dtype, n);
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(packed) = entries.get(&key).and_then(Weak::upgrade) {

@@ -161,3 +161,12 @@ fn packing_checks_sizes_and_pads_the_last_panel() {
     let mut out = vec![0.0; 3];
     assert!(matmul_with(scalar::panel, &[0.0; 64], 1, &w, &mut out).is_err());
 }
+
+#[test]
+fn empty_weights_are_not_packed() {
+    let cache = super::PackCache::default();
+    for dtype in [DType::F16, DType::BF16, DType::Q4_0, DType::Q4K] {
+        assert!(cache.get(dtype, &[], 0, 256).unwrap().is_none());
+        assert!(cache.get(dtype, &[], 16, 0).unwrap().is_none());
+    }
+}
