@@ -10,7 +10,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{PackedKind, Panel, PanelFn, PANEL};
+use super::code::*;
+use super::{Panel, PanelFn, PANEL};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
@@ -40,37 +41,12 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
         while r0 < rows {
             let g = ROWS.min(rows - r0);
             for h in 0..2 {
-                match w.kind {
-                    PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, r0, g, h, out),
-                    PackedKind::IQ4NL => by_rows::<IQ4NL>(w, x, sums, r0, g, h, out),
-                    PackedKind::IQ4XS => by_rows::<IQ4XS>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, r0, g, h, out),
-                    PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, r0, g, h, out),
-                    PackedKind::F16 | PackedKind::BF16 => {}
-                    PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, r0, g, h, out),
-                }
+                by_kind!(w.kind, by_rows(w, x, sums, r0, g, h, out));
             }
             r0 += g;
         }
     }
 }
-
-/// [`rows_of`]'s `K` for each [`PackedKind`]: a const, so that each kind's loop holds
-/// only its own steps.
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q8_0: u8 = 2;
-const Q4K: u8 = 3;
-const Q6K: u8 = 4;
-const Q5K: u8 = 5;
-const Q5_0: u8 = 6;
-const Q5_1: u8 = 7;
-const IQ4NL: u8 = 8;
-const IQ4XS: u8 = 9;
 
 /// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
 ///

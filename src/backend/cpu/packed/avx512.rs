@@ -6,7 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{PackedKind, Panel, PanelFn, PANEL, ROW_GROUP};
+use super::code::*;
+use super::{Panel, PanelFn, PANEL, ROW_GROUP};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
@@ -28,19 +29,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
     unsafe {
-        match w.kind {
-            PackedKind::Q4_0 => by_rows::<Q4_0>(w, x, sums, rows, out),
-            PackedKind::Q4_1 => by_rows::<Q4_1>(w, x, sums, rows, out),
-            PackedKind::IQ4NL => by_rows::<IQ4NL>(w, x, sums, rows, out),
-            PackedKind::IQ4XS => by_rows::<IQ4XS>(w, x, sums, rows, out),
-            PackedKind::Q5_0 => by_rows::<Q5_0>(w, x, sums, rows, out),
-            PackedKind::Q5_1 => by_rows::<Q5_1>(w, x, sums, rows, out),
-            PackedKind::Q8_0 => by_rows::<Q8_0>(w, x, sums, rows, out),
-            PackedKind::Q4K => by_rows::<Q4K>(w, x, sums, rows, out),
-            PackedKind::Q5K => by_rows::<Q5K>(w, x, sums, rows, out),
-            PackedKind::F16 | PackedKind::BF16 => {}
-            PackedKind::Q6K => by_rows::<Q6K>(w, x, sums, rows, out),
-        }
+        by_kind!(w.kind, by_rows(w, x, sums, rows, out));
     }
 }
 
@@ -48,19 +37,6 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
 const PREFETCH_BLOCKS: usize = 4;
 /// Fewest activation rows for which [`rows_of`] prefetches.
 const PREFETCH_MIN_ROWS: usize = 4;
-
-/// [`rows_of`]'s `K` for each [`PackedKind`]: a const, so that each kind's loop holds
-/// only its own steps.
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q8_0: u8 = 2;
-const Q4K: u8 = 3;
-const Q6K: u8 = 4;
-const Q5K: u8 = 5;
-const Q5_0: u8 = 6;
-const Q5_1: u8 = 7;
-const IQ4NL: u8 = 8;
-const IQ4XS: u8 = 9;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///

@@ -12,6 +12,29 @@
 //! applied in integers. F16 and BF16 weights have their own panels and f32 kernels in
 //! [`float`].
 
+/// Calls `$f::<CODE>(args)` with [`code`]'s constant for the block kind `$kind`, so each
+/// SIMD kernel is specialised per kind; float kinds have their own kernels ([`float`])
+/// and call nothing.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_kind {
+    ($kind:expr, $f:ident($($arg:expr),*)) => {{
+        use super::{code, PackedKind};
+        match $kind {
+            PackedKind::Q4_0 => $f::<{ code::Q4_0 }>($($arg),*),
+            PackedKind::Q4_1 => $f::<{ code::Q4_1 }>($($arg),*),
+            PackedKind::Q5_0 => $f::<{ code::Q5_0 }>($($arg),*),
+            PackedKind::Q5_1 => $f::<{ code::Q5_1 }>($($arg),*),
+            PackedKind::Q8_0 => $f::<{ code::Q8_0 }>($($arg),*),
+            PackedKind::IQ4NL => $f::<{ code::IQ4NL }>($($arg),*),
+            PackedKind::IQ4XS => $f::<{ code::IQ4XS }>($($arg),*),
+            PackedKind::Q4K => $f::<{ code::Q4K }>($($arg),*),
+            PackedKind::Q5K => $f::<{ code::Q5K }>($($arg),*),
+            PackedKind::Q6K => $f::<{ code::Q6K }>($($arg),*),
+            PackedKind::F16 | PackedKind::BF16 => {}
+        }
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -74,6 +97,24 @@ pub(crate) enum PackedKind {
     F16,
     /// bf16 weights, in [`float`]'s panels of column pairs.
     BF16,
+}
+
+/// Each block [`PackedKind`] as the `u8` constant the SIMD kernels are specialised on
+/// (`K == code::Q4K`), so each kind's loop holds only its own steps.
+#[cfg(target_arch = "x86_64")]
+mod code {
+    use super::PackedKind;
+
+    pub(super) const Q4_0: u8 = PackedKind::Q4_0 as u8;
+    pub(super) const Q4_1: u8 = PackedKind::Q4_1 as u8;
+    pub(super) const Q5_0: u8 = PackedKind::Q5_0 as u8;
+    pub(super) const Q5_1: u8 = PackedKind::Q5_1 as u8;
+    pub(super) const Q8_0: u8 = PackedKind::Q8_0 as u8;
+    pub(super) const IQ4NL: u8 = PackedKind::IQ4NL as u8;
+    pub(super) const IQ4XS: u8 = PackedKind::IQ4XS as u8;
+    pub(super) const Q4K: u8 = PackedKind::Q4K as u8;
+    pub(super) const Q5K: u8 = PackedKind::Q5K as u8;
+    pub(super) const Q6K: u8 = PackedKind::Q6K as u8;
 }
 
 impl PackedKind {
