@@ -99,9 +99,11 @@ fn matmul(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(w.len() as u64));
         let id = format!("cpu_matmul_{}_{m}x{k}x{n}", dtype.name().to_lowercase());
         // Timed inside the pool, as partitions run: no per-call thread wake-up.
+        // Packed once per case, as a model's compile does, not once per sample.
+        let weight = cpu.bench_weight((dtype, &w, n, k)).expect("weight");
         group.bench_function(BenchmarkId::from_parameter(id), |b| {
             b.iter_custom(|reps| {
-                cpu.bench_matmul(reps, &x, m, (dtype, &w, n, k), &mut out)
+                cpu.bench_matmul(reps, &x, m, &weight, &mut out)
                     .expect("matmul")
             })
         });

@@ -53,37 +53,55 @@ impl CpuBackend {
         self.pool.current_num_threads()
     }
 
-    /// Runs `out [m, n] = x [m, k] · wᵀ` (`w` raw `[n, k]` bytes of `dtype`) `reps`
-    /// times inside this backend's pool, as partitions do, and returns the time taken:
-    /// the matmul kernel alone (through the packed form where this CPU packs `dtype`,
-    /// as compiled partitions do), for `benches/`. Not a stable API.
+    /// The raw `[n, k]` weight `w` of `dtype` ready for [`CpuBackend::bench_matmul`]:
+    /// packed once, as a compiled partition does, where this CPU packs `dtype`. For
+    /// `benches/`; not a stable API.
+    #[doc(hidden)]
+    pub fn bench_weight<'a>(
+        &self,
+        (dtype, w, n, k): (crate::graph::DType, &'a [u8], usize, usize),
+    ) -> Result<BenchWeight<'a>, BackendError> {
+        let packed = self.packs.get(dtype, w, n, k)?;
+        let raw = kernels::matmul::Weight {
+            dtype,
+            bytes: w,
+            n,
+            k,
+        };
+        Ok(BenchWeight { raw, packed })
+    }
+
+    /// Runs `out [m, n] = x [m, k] · wᵀ` `reps` times inside this backend's pool, as
+    /// partitions do, and returns the time taken: the matmul kernel alone, for
+    /// `benches/`. Not a stable API.
     #[doc(hidden)]
     pub fn bench_matmul(
         &self,
         reps: u64,
         x: &[f32],
         m: usize,
-        (dtype, w, n, k): (crate::graph::DType, &[u8], usize, usize),
+        w: &BenchWeight<'_>,
         out: &mut [f32],
     ) -> Result<std::time::Duration, BackendError> {
-        let packed = self.packs.get(dtype, w, n, k)?;
-        let w = kernels::matmul::Weight {
-            dtype,
-            bytes: w,
-            n,
-            k,
-        };
         self.pool.install(|| {
             let start = std::time::Instant::now();
             for _ in 0..reps {
-                match &packed {
+                match &w.packed {
                     Some(p) => packed::matmul(x, m, p, out)?,
-                    None => kernels::matmul::matmul(x, m, w, out)?,
+                    None => kernels::matmul::matmul(x, m, w.raw, out)?,
                 }
             }
             Ok(start.elapsed())
         })
     }
+}
+
+/// A weight prepared by [`CpuBackend::bench_weight`]: its raw bytes and, where this CPU
+/// packs its dtype, the packed copy (held, so samples do not repack it).
+#[doc(hidden)]
+pub struct BenchWeight<'a> {
+    raw: kernels::matmul::Weight<'a>,
+    packed: Option<std::sync::Arc<packed::PackedWeight>>,
 }
 
 impl Backend for CpuBackend {
