@@ -5,8 +5,11 @@
 //! it the way a user would, and checks the prompt's token ids, the top-10 logits (f32
 //! KV cache within 1e-2, f16 within 3e-2: measured 2e-5 and 0.0234, the f16 rounding of
 //! keys and values) and the argmax wherever transformers' top-1 margin is at least 0.5,
-//! at the last prompt position and 8 teacher-forced positions. `--nocapture` prints
-//! each fixture's largest deviation.
+//! at the last prompt position and 8 teacher-forced positions. The same again for
+//! each fixture's GGUF conversion by llama.cpp's converter
+//! (`scripts/make-gguf-fixtures.py` stored its metadata and per-tensor recipes), except
+//! those whose config the format cannot express (`"gguf": {"skip": reason}`).
+//! `--nocapture` prints each fixture's largest deviation.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, HostTensor, KvDType, SharedBytes};
 use switchyard::graph::DType;
+use switchyard::model::gguf::{write_gguf, Array, Value as GgufValue};
 use switchyard::model::safetensors::write_safetensors;
 use switchyard::model::Model;
 
@@ -45,26 +49,45 @@ fn generate(seed: u64, n: usize, scale: f64, offset: f64) -> Vec<f32> {
         .collect()
 }
 
-/// Writes the fixture's model directory (config, weights, tokenizer) under `dir`.
-fn write_model(fixture: &Value, dir: &Path) {
+/// The fixture's Hugging Face tensors, regenerated from their seeds: name, shape
+/// (outermost first) and values.
+fn hf_tensors(fixture: &Value) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let seed = fixture["seed"].as_u64().unwrap();
-    let mut tensors = Vec::new();
-    for t in fixture["tensors"].as_array().unwrap() {
-        let name = t["name"].as_str().unwrap().to_string();
-        let shape: Vec<usize> = t["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap() as usize)
-            .collect();
-        let n = shape.iter().product();
-        let (scale, offset) = (t["scale"].as_f64().unwrap(), t["offset"].as_f64().unwrap());
-        let values = generate(fnv1a64(&name) ^ seed, n, scale, offset);
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let tensor =
-            HostTensor::new(DType::F32, shape.into(), SharedBytes::from_vec(bytes)).unwrap();
-        tensors.push((name, tensor));
-    }
+    fixture["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let name = t["name"].as_str().unwrap().to_string();
+            let shape = dims(&t["shape"]);
+            let n = shape.iter().product();
+            let (scale, offset) = (t["scale"].as_f64().unwrap(), t["offset"].as_f64().unwrap());
+            let values = generate(fnv1a64(&name) ^ seed, n, scale, offset);
+            (name, shape, values)
+        })
+        .collect()
+}
+
+fn dims(shape: &Value) -> Vec<usize> {
+    shape
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect()
+}
+
+fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> HostTensor {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    HostTensor::new(DType::F32, shape.into(), SharedBytes::from_vec(bytes)).unwrap()
+}
+
+/// Writes the fixture's model directory (config, weights, tokenizer) under `dir`.
+fn write_model(fixture: &Value, dir: &Path) -> PathBuf {
+    let tensors: Vec<(String, HostTensor)> = hf_tensors(fixture)
+        .into_iter()
+        .map(|(name, shape, values)| (name, f32_tensor(shape, &values)))
+        .collect();
     let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     write_safetensors(dir.join("model.safetensors"), &refs).unwrap();
     std::fs::write(dir.join("config.json"), fixture["config"].to_string()).unwrap();
@@ -73,6 +96,109 @@ fn write_model(fixture: &Value, dir: &Path) {
         dir.join("tokenizer.json"),
     )
     .unwrap();
+    dir.to_path_buf()
+}
+
+/// Llama's converter permutes q/k rows for adjacent-pair RoPE: within each of
+/// `heads` row blocks, row `2j + k` of the file is row `k·half + j` of the checkpoint.
+fn permute_rows(values: &[f32], rows: usize, heads: usize) -> Vec<f32> {
+    let cols = values.len() / rows;
+    let per_head = rows / heads;
+    let half = per_head / 2;
+    let mut out = Vec::with_capacity(values.len());
+    for h in 0..heads {
+        for j in 0..half {
+            for k in 0..2 {
+                let src = h * per_head + k * half + j;
+                out.extend_from_slice(&values[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// A metadata value from the fixture's `[type, value]` (gguf-py's type names).
+fn gguf_value(kind: &str, value: &Value) -> GgufValue {
+    let strings = || {
+        value
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    match kind {
+        "string" => GgufValue::Str(value.as_str().unwrap().to_string()),
+        "uint32" => GgufValue::U32(value.as_u64().unwrap() as u32),
+        "int32" => GgufValue::I32(value.as_i64().unwrap() as i32),
+        "float32" => GgufValue::F32(value.as_f64().unwrap() as f32),
+        "bool" => GgufValue::Bool(value.as_bool().unwrap()),
+        "array[string]" => GgufValue::Array(Array::Str(strings())),
+        "array[int32]" => GgufValue::Array(Array::I32(
+            value
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap() as i32)
+                .collect(),
+        )),
+        other => panic!("GGUF metadata type {other} in a fixture"),
+    }
+}
+
+/// Writes the fixture's llama.cpp conversion as `dir/model.gguf`: the converter's
+/// metadata and tensor order, each tensor rebuilt by its recipe (which the script
+/// checked bit for bit against the converter's output).
+fn write_gguf_model(fixture: &Value, dir: &Path) -> PathBuf {
+    let gguf = &fixture["gguf"];
+    let hf: std::collections::HashMap<String, (Vec<usize>, Vec<f32>)> = hf_tensors(fixture)
+        .into_iter()
+        .map(|(name, shape, values)| (name, (shape, values)))
+        .collect();
+    let mut metadata: Vec<(String, GgufValue)> = Vec::new();
+    for m in gguf["metadata"].as_array().unwrap() {
+        let key = m[0].as_str().unwrap().to_string();
+        metadata.push((key, gguf_value(m[1].as_str().unwrap(), &m[2])));
+    }
+    let shared = std::fs::read_to_string(fixtures_dir().join("gguf_tokenizer.json")).unwrap();
+    let shared: Value = serde_json::from_str(&shared).unwrap();
+    for (key, entry) in shared.as_object().unwrap() {
+        metadata.push((
+            key.clone(),
+            gguf_value(entry[0].as_str().unwrap(), &entry[1]),
+        ));
+    }
+    let mut tensors = Vec::new();
+    for t in gguf["tensors"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap().to_string();
+        let mut shape = dims(&t["shape"]);
+        shape.reverse();
+        let source = || &hf[t["from"].as_str().unwrap()].1;
+        let values: Vec<f32> = match t["op"].as_str().unwrap() {
+            "copy" => source().clone(),
+            "add_one" => source().iter().map(|v| v + 1.0).collect(),
+            "permute" => {
+                let heads = t["heads"].as_u64().unwrap() as usize;
+                permute_rows(source(), shape[0], heads)
+            }
+            "values" => t["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect(),
+            other => panic!("{name}: unknown recipe {other}"),
+        };
+        tensors.push((name, f32_tensor(shape, &values)));
+    }
+    let meta: Vec<(&str, GgufValue)> = metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let path = dir.join("model.gguf");
+    write_gguf(&path, &meta, &refs).unwrap();
+    path
 }
 
 fn cpu() -> BackendSet {
@@ -122,12 +248,29 @@ fn check_position(what: &str, ours: &[f32], want: &Value, tolerance: f32) -> Res
     Ok(worst)
 }
 
+/// How a fixture's model reaches Switchyard.
+#[derive(Clone, Copy, Debug)]
+enum Format {
+    /// The Hugging Face directory transformers ran.
+    Hf,
+    /// llama.cpp's GGUF conversion of it.
+    Gguf,
+}
+
 /// Runs every prompt of one fixture with a `kv` cache; returns the largest top-10
 /// deviation, or the first mismatch.
-fn run_fixture(fixture: &Value, kv: KvDType, tolerance: f32) -> Result<f32, String> {
+fn run_fixture(
+    fixture: &Value,
+    format: Format,
+    kv: KvDType,
+    tolerance: f32,
+) -> Result<f32, String> {
     let dir = tempfile::tempdir().unwrap();
-    write_model(fixture, dir.path());
-    let model = Model::open(dir.path()).map_err(|e| e.to_string())?;
+    let path = match format {
+        Format::Hf => write_model(fixture, dir.path()),
+        Format::Gguf => write_gguf_model(fixture, dir.path()),
+    };
+    let model = Model::open(&path).map_err(|e| e.to_string())?;
     let mut runner = model.runner(cpu(), 128).with_kv_dtype(kv);
     let forced: Vec<u32> = fixture["forced"]
         .as_array()
@@ -183,7 +326,11 @@ fn fixtures() -> Vec<(String, Value)> {
     let mut all: Vec<(String, Value)> = std::fs::read_dir(fixtures_dir())
         .expect("tests/data/hf_fixtures: run scripts/make-hf-fixtures.py")
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json") && !p.ends_with("tokenizer.json"))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p.ends_with("tokenizer.json")
+                && !p.ends_with("gguf_tokenizer.json")
+        })
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
             let name = p.file_stem().unwrap().to_string_lossy().into_owned();
@@ -194,27 +341,51 @@ fn fixtures() -> Vec<(String, Value)> {
     all
 }
 
-fn check_all(kv: KvDType, tolerance: f32) {
+fn check_all(format: Format, kv: KvDType, tolerance: f32) {
     let all = fixtures();
     assert!(all.len() >= 10, "only {} fixtures", all.len());
     let mut failures = Vec::new();
+    let mut checked = 0;
     for (name, fixture) in &all {
-        match run_fixture(fixture, kv, tolerance) {
-            Ok(worst) => eprintln!("{name} ({kv:?} KV): top-10 logits within {worst:.5}"),
-            Err(e) => failures.push(format!("{name}: {e}")),
+        if let (Format::Gguf, Some(reason)) = (format, fixture["gguf"]["skip"].as_str()) {
+            eprintln!("{name}: no GGUF comparison ({reason})");
+            continue;
+        }
+        checked += 1;
+        match run_fixture(fixture, format, kv, tolerance) {
+            Ok(worst) => {
+                eprintln!("{name} ({format:?}, {kv:?} KV): top-10 logits within {worst:.5}")
+            }
+            Err(e) => failures.push(format!("{name} ({format:?}): {e}")),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        checked >= 10,
+        "only {checked} fixtures compared as {format:?}"
+    );
 }
 
 #[test]
 fn every_fixture_matches_transformers_with_an_f32_kv_cache() {
-    check_all(KvDType::F32, 1e-2);
+    check_all(Format::Hf, KvDType::F32, 1e-2);
 }
 
 #[test]
 fn every_fixture_matches_transformers_with_an_f16_kv_cache() {
-    check_all(KvDType::F16, 3e-2);
+    check_all(Format::Hf, KvDType::F16, 3e-2);
+}
+
+/// Every fixture llama.cpp's converter can express, converted by it, matches
+/// transformers' logits as the Hugging Face directory does.
+#[test]
+fn every_gguf_conversion_matches_transformers_with_an_f32_kv_cache() {
+    check_all(Format::Gguf, KvDType::F32, 1e-2);
+}
+
+#[test]
+fn every_gguf_conversion_matches_transformers_with_an_f16_kv_cache() {
+    check_all(Format::Gguf, KvDType::F16, 3e-2);
 }
 
 /// The weight generator matches the script's: splitmix64's published first output

@@ -177,6 +177,7 @@ mod tests {
             attn_softcap: None,
             final_softcap: None,
             embed_scale: None,
+            norm_plus_one: false,
             activation: FfnActivation::Silu,
             tie_embeddings: false,
         }

@@ -23,12 +23,12 @@ pub struct HfWeights(pub HfModel);
 
 impl WeightInfo for GgufFile {
     fn info(&self, role: TensorRole) -> Option<(DType, Shape)> {
-        let t = self.tensor_info(&role.gguf_name())?;
+        let t = self.tensor_info(&self.name(role))?;
         Some((t.dtype, t.shape.clone()))
     }
 
     fn name(&self, role: TensorRole) -> String {
-        role.gguf_name()
+        role.gguf_name_in(self.architecture().unwrap_or_default())
     }
 }
 
@@ -49,7 +49,7 @@ impl WeightInfo for GgufWeights {
     }
 
     fn name(&self, role: TensorRole) -> String {
-        role.gguf_name()
+        self.0.name(role)
     }
 }
 

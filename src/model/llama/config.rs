@@ -1,6 +1,6 @@
-//! Reading a Llama-family model's hyper-parameters from GGUF metadata or from a
-//! Hugging Face `config.json`, with every missing, inconsistent or unsupported value
-//! named. Which keys exist at all is decided in [`super::keys`].
+//! Reading a Llama-family model's hyper-parameters from a Hugging Face `config.json`
+//! (GGUF metadata: `gguf_config.rs`), with every missing, inconsistent or unsupported
+//! value named. Which keys exist at all is decided in [`super::keys`].
 
 use std::path::Path;
 
@@ -10,13 +10,12 @@ use super::gemma::{activation, GemmaExtras};
 use super::keys::{self, unsupported, KeySource};
 use super::rope::HfRope;
 use super::trace::check_tensors_used;
-use super::{Family, FfnActivation, LlamaConfig, RopeParams};
+use super::{Family, LlamaConfig, RopeParams};
 use crate::graph::RopeMode;
-use crate::model::gguf::GgufFile;
 use crate::model::safetensors::HfModel;
 use crate::model::ModelError;
 
-/// Architectures traced as Llama: the same block, differing in biases, q/k norms
+/// Hugging Face `model_type`s traced as Llama: the same block, differing in biases, q/k norms
 /// (Qwen3) and RoPE layout.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "llama",
@@ -28,10 +27,6 @@ pub const SUPPORTED_ARCHITECTURES: &[&str] = &[
     "phi3",
 ];
 
-/// Architectures only read from Hugging Face directories (their GGUF conversions
-/// store `1 + w` norm weights and other changes not implemented here).
-const HF_ONLY_ARCHITECTURES: &[&str] = &["gemma2", "gemma3_text", "phi3"];
-
 /// transformers' default sliding-layer pattern for Gemma 3 (five sliding, one full).
 const GEMMA3_SLIDING_PATTERN: usize = 6;
 
@@ -41,120 +36,13 @@ const GEMMA_SLIDING_WINDOW: u32 = 4096;
 /// transformers' default `max_window_layers` for Qwen2 and Qwen3.
 const QWEN_MAX_WINDOW_LAYERS: usize = 28;
 
-/// The GGUF tensor holding Llama 3.1 RoPE frequency factors (`θᵢ / factorᵢ`).
-pub const GGUF_ROPE_FREQS: &str = "rope_freqs.weight";
-
 impl LlamaConfig {
-    /// The hyper-parameters in a GGUF file's metadata (`{arch}.block_count`, ...).
-    pub fn from_gguf(file: &GgufFile) -> Result<LlamaConfig, ModelError> {
-        let arch = file.architecture()?.to_string();
-        check_architecture(file.path(), &arch)?;
-        if HF_ONLY_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(unsupported_tensor(
-                file.path(),
-                format!("architecture {arch:?} from GGUF (only from a Hugging Face directory)"),
-            ));
-        }
-        let meta = file.metadata();
-        keys::check_gguf_keys(file.path(), &arch, meta)?;
-        let key = |name: &str| format!("{arch}.{name}");
-        let get = |name: &str| meta.get_u32(&key(name)).map(|v| v as usize);
-        let refuse = |name: &str, value: &dyn std::fmt::Display| {
-            unsupported(file.path(), KeySource::Gguf, &key(name), value)
-        };
-        for name in ["expert_count", "expert_used_count"] {
-            if let Some(n) = meta.get(&key(name)).and_then(|v| v.as_integer()) {
-                if n != 0 {
-                    return Err(refuse(name, &n));
-                }
-            }
-        }
-        let d_model = get("embedding_length")?;
-        let n_heads = get("attention.head_count")?;
-        let n_kv_heads = get("attention.head_count_kv").unwrap_or(n_heads);
-        let head_dim = match get("attention.key_length") {
-            Ok(v) => v,
-            Err(_) => d_model / n_heads.max(1),
-        };
-        if let Ok(v) = get("attention.value_length") {
-            if v != head_dim {
-                return Err(refuse("attention.value_length", &v));
-            }
-        }
-        let vocab_size = file
-            .tensor_info("token_embd.weight")
-            .map(|t| t.shape.dims()[0])
-            .ok_or_else(|| config_error(file.path(), "the file has no token_embd.weight"))?;
-        if let Ok(v) = get("vocab_size") {
-            if v != vocab_size {
-                return Err(refuse("vocab_size", &v));
-            }
-        }
-        let freq_scale = match meta.get_str(&key("rope.scaling.type")) {
-            Ok("linear") => 1.0 / meta.get_f32(&key("rope.scaling.factor"))?,
-            Ok("none") | Err(_) => 1.0,
-            Ok(other) => return Err(refuse("rope.scaling.type", &format!("{other:?}"))),
-        };
-        if !(freq_scale.is_finite() && freq_scale > 0.0) {
-            return Err(refuse("rope.scaling.factor", &(1.0 / freq_scale)));
-        }
-        // The GGUF converter permutes llama/mistral q/k rows for adjacent-pair RoPE;
-        // qwen2/qwen3 keep HF's layout and so rotate NeoX-style.
-        let mode = if arch.starts_with("qwen") {
-            RopeMode::Neox
-        } else {
-            RopeMode::Normal
-        };
-        let n_rot = get("rope.dimension_count").unwrap_or(head_dim);
-        let freq_base = meta.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0);
-        let inv_freq = match file.tensor_info(GGUF_ROPE_FREQS) {
-            Some(_) => Some(gguf_inv_freq(file, freq_base, freq_scale, n_rot)?),
-            None => None,
-        };
-        let n_layers = get("block_count")?;
-        let config = LlamaConfig {
-            n_layers,
-            d_model,
-            d_ffn: get("feed_forward_length")?,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            vocab_size,
-            context_length: get("context_length")?,
-            windows: Vec::new(),
-            rms_eps: meta.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
-            rope: RopeParams {
-                mode,
-                n_rot: n_rot as u32,
-                freq_base,
-                freq_scale,
-                inv_freq,
-                attn_factor: 1.0,
-            },
-            rope_local: None,
-            attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            attn_softcap: None,
-            final_softcap: None,
-            embed_scale: None,
-            activation: FfnActivation::Silu,
-            tie_embeddings: file.tensor_info("output.weight").is_none(),
-            family: Family::Llama,
-            architecture: arch,
-        };
-        let mut config = config.validate(file.path())?;
-        config.windows = vec![None; n_layers];
-        let names = file.tensors().iter().map(|t| t.name.as_str());
-        check_tensors_used(&config, file, names, &|name| name == GGUF_ROPE_FREQS)
-            .map_err(|detail| unsupported_tensor(file.path(), detail))?;
-        Ok(config)
-    }
-
     /// The hyper-parameters in a Hugging Face `config.json`.
     pub fn from_hf(model: &HfModel) -> Result<LlamaConfig, ModelError> {
         let path = model.dir();
         let c = model.config();
         let arch = c.model_type.clone().unwrap_or_default();
-        check_architecture(path, &arch)?;
+        check_architecture(path, &arch, SUPPORTED_ARCHITECTURES)?;
         let raw = model.raw_config();
         keys::check_hf_keys(path, &arch, raw)?;
         let o = raw
@@ -252,6 +140,7 @@ impl LlamaConfig {
             activation,
             // transformers' defaults: Gemma ties, the others do not.
             tie_embeddings: c.tie_word_embeddings.unwrap_or(family == Family::Gemma),
+            norm_plus_one: family == Family::Gemma,
             family,
             architecture: arch,
         };
@@ -268,7 +157,7 @@ impl LlamaConfig {
         Ok(config)
     }
 
-    fn validate(self, path: &Path) -> Result<LlamaConfig, ModelError> {
+    pub(super) fn validate(self, path: &Path) -> Result<LlamaConfig, ModelError> {
         let sizes = [
             self.n_layers,
             self.d_model,
@@ -400,62 +289,31 @@ fn sliding_windows(
     Ok(slides.iter().map(|&s| window.filter(|_| s)).collect())
 }
 
-/// Inverse frequencies from a GGUF `rope_freqs.weight` of `n_rot / 2` factors, the way
-/// ggml applies them: `θᵢ = pos · freq_scale · base^(-2i/n_rot) / factorᵢ`.
-fn gguf_inv_freq(
-    file: &GgufFile,
-    base: f32,
-    freq_scale: f32,
-    n_rot: usize,
-) -> Result<Vec<f32>, ModelError> {
-    let tensor = file.tensor(GGUF_ROPE_FREQS)?;
-    let factors: Vec<f32> = match tensor.dtype {
-        crate::graph::DType::F32 => bytemuck::pod_collect_to_vec(tensor.data.as_bytes()),
-        other => {
-            return Err(config_error(
-                file.path(),
-                &format!("{GGUF_ROPE_FREQS} is {other}, expected f32"),
-            ))
-        }
-    };
-    if factors.len() != n_rot / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
-        return Err(config_error(
-            file.path(),
-            &format!(
-                "{GGUF_ROPE_FREQS} must hold {} positive factors, has {}",
-                n_rot / 2,
-                factors.len()
-            ),
-        ));
-    }
-    Ok(factors
-        .iter()
-        .enumerate()
-        .map(|(i, f)| freq_scale * base.powf(-2.0 * i as f32 / n_rot as f32) / f)
-        .collect())
-}
-
-fn check_architecture(path: &Path, arch: &str) -> Result<(), ModelError> {
-    if SUPPORTED_ARCHITECTURES.contains(&arch) {
+pub(super) fn check_architecture(
+    path: &Path,
+    arch: &str,
+    supported: &[&str],
+) -> Result<(), ModelError> {
+    if supported.contains(&arch) {
         return Ok(());
     }
     Err(ModelError::Unsupported {
         path: path.to_path_buf(),
         detail: format!(
             "architecture {arch:?} (supported: {})",
-            SUPPORTED_ARCHITECTURES.join(", ")
+            supported.join(", ")
         ),
     })
 }
 
-fn unsupported_tensor(path: &Path, detail: String) -> ModelError {
+pub(super) fn unsupported_tensor(path: &Path, detail: String) -> ModelError {
     ModelError::Unsupported {
         path: path.to_path_buf(),
         detail,
     }
 }
 
-fn config_error(path: &Path, detail: &str) -> ModelError {
+pub(super) fn config_error(path: &Path, detail: &str) -> ModelError {
     ModelError::Config {
         path: path.to_path_buf(),
         detail: detail.to_string(),

@@ -180,6 +180,27 @@ pub const GGUF_IMPLEMENTED: &[KeyRule] = &[
     ),
     ("rope.scaling.factor", "linear RoPE scaling factor"),
     (
+        "rope.scaling.original_context_length",
+        "Phi-3 longrope: the context is capped there (informational elsewhere)",
+    ),
+    (
+        "rope.scaling.attn_factor",
+        "Phi-3 longrope: multiplier of the rotated cos and sin",
+    ),
+    (
+        "rope.freq_base_swa",
+        "Gemma: RoPE base of sliding-window layers",
+    ),
+    (
+        "attention.sliding_window",
+        "Gemma, Phi-3: attention window of sliding layers (0: none)",
+    ),
+    (
+        "attn_logit_softcapping",
+        "Gemma 2: attention scores soft-capped",
+    ),
+    ("final_logit_softcapping", "Gemma: logits soft-capped"),
+    (
         "vocab_size",
         "rows of the embedding (checked against token_embd)",
     ),
@@ -187,14 +208,20 @@ pub const GGUF_IMPLEMENTED: &[KeyRule] = &[
     ("expert_used_count", "mixture of experts (0 only)"),
 ];
 
-/// `{arch}.` GGUF metadata keys known not to change the computation.
-pub const GGUF_IGNORED: &[KeyRule] = &[
-    (
-        "rope.scaling.original_context_length",
-        "informational for linear scaling",
-    ),
-    ("rope.scaling.finetuned", "informational"),
+/// Implemented `{arch}.` GGUF keys that only some architectures read; llama.cpp
+/// ignores them elsewhere, so anywhere else they are refused.
+pub const GGUF_ARCH_ONLY: &[(&str, &[&str])] = &[
+    ("rope.scaling.attn_factor", &["phi3"]),
+    ("rope.freq_base_swa", GGUF_GEMMA),
+    ("attention.sliding_window", &["gemma2", "gemma3", "phi3"]),
+    ("attn_logit_softcapping", &["gemma2"]),
+    ("final_logit_softcapping", GGUF_GEMMA),
 ];
+
+const GGUF_GEMMA: &[&str] = &["gemma2", "gemma3"];
+
+/// `{arch}.` GGUF metadata keys known not to change the computation.
+pub const GGUF_IGNORED: &[KeyRule] = &[("rope.scaling.finetuned", "informational")];
 
 /// GGUF key prefixes (outside `{arch}.`) known not to change the computation.
 pub const GGUF_IGNORED_PREFIXES: &[KeyRule] = &[
@@ -276,10 +303,15 @@ pub fn check_gguf_keys(path: &Path, arch: &str, meta: &Metadata) -> Result<(), M
     let arch_prefix = format!("{arch}.");
     for (key, value) in meta.iter() {
         let known = match key.strip_prefix(&arch_prefix) {
-            Some(rest) => GGUF_IMPLEMENTED
-                .iter()
-                .chain(GGUF_IGNORED)
-                .any(|(k, _)| *k == rest),
+            Some(rest) => {
+                GGUF_IMPLEMENTED
+                    .iter()
+                    .chain(GGUF_IGNORED)
+                    .any(|(k, _)| *k == rest)
+                    && !GGUF_ARCH_ONLY
+                        .iter()
+                        .any(|(k, archs)| *k == rest && !archs.contains(&arch))
+            }
             None => GGUF_IGNORED_PREFIXES
                 .iter()
                 .any(|(p, _)| key.starts_with(p)),

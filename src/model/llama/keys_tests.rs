@@ -80,6 +80,10 @@ fn every_key_is_in_exactly_one_table() {
         assert!(in_exactly_one(key, HF_IMPLEMENTED, &[]), "{key}");
         assert!(!archs.is_empty(), "{key}");
     }
+    for (key, archs) in GGUF_ARCH_ONLY {
+        assert!(in_exactly_one(key, GGUF_IMPLEMENTED, &[]), "{key}");
+        assert!(!archs.is_empty(), "{key}");
+    }
     for (prefix, _) in GGUF_IGNORED_PREFIXES {
         assert!(prefix.ends_with('.'), "{prefix}");
     }
@@ -359,6 +363,18 @@ fn every_unsupported_gguf_variant_is_refused_by_key_and_value() {
         (
             ("llama.attn_logit_softcapping", GgufValue::F32(50.0)),
             "GGUF metadata llama.attn_logit_softcapping = 50",
+        ),
+        (
+            ("llama.attention.sliding_window", GgufValue::U32(16)),
+            "GGUF metadata llama.attention.sliding_window = 16",
+        ),
+        (
+            ("llama.rope.freq_base_swa", GgufValue::F32(10.0)),
+            "GGUF metadata llama.rope.freq_base_swa = 10",
+        ),
+        (
+            ("llama.attention.sliding_window_pattern", GgufValue::U32(6)),
+            "GGUF metadata llama.attention.sliding_window_pattern = 6",
         ),
         (
             ("llama.expert_count", GgufValue::U32(8)),

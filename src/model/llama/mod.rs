@@ -4,11 +4,13 @@
 
 mod config;
 mod gemma;
+mod gguf_config;
 pub mod keys;
 pub mod rope;
 mod trace;
 
 pub use config::SUPPORTED_ARCHITECTURES;
+pub use gguf_config::GGUF_ARCHITECTURES;
 pub use trace::{check_tensors_used, trace_batch, trace_step, WeightInfo};
 
 use crate::graph::RopeMode;
@@ -97,6 +99,9 @@ pub struct LlamaConfig {
     pub activation: FfnActivation,
     /// Whether the output head is the token embedding (any `lm_head` is then unused).
     pub tie_embeddings: bool,
+    /// Whether RMSNorm scales by `1 + w` rather than `w`: Gemma in a Hugging Face
+    /// checkpoint (llama.cpp's converter stores `1 + w` in its GGUF files instead).
+    pub norm_plus_one: bool,
 }
 
 /// What a tensor is for, independent of how a file format names it.
@@ -186,6 +191,15 @@ impl TensorRole {
             TensorRole::FfnDownBias(l) => format!("blk.{l}.ffn_down.bias"),
             TensorRole::OutputNorm => "output_norm.weight".into(),
             TensorRole::Output => "output.weight".into(),
+        }
+    }
+
+    /// The tensor's name in a GGUF file of architecture `arch`: Phi-3's converter
+    /// writes the fused gate/up projection as `ffn_up`, of twice the width.
+    pub fn gguf_name_in(self, arch: &str) -> String {
+        match self {
+            TensorRole::FfnGateUp(l) if arch == "phi3" => format!("blk.{l}.ffn_up.weight"),
+            _ => self.gguf_name(),
         }
     }
 

@@ -60,10 +60,10 @@ pub fn trace_batch(
     }
     let gemma = config.family == Family::Gemma;
     let (h, hkv, dh) = (config.n_heads, config.n_kv_heads, config.head_dim);
-    // RMSNorm by the weight of `role`; Gemma stores `w` and scales by `1 + w`.
+    // RMSNorm by the weight of `role`; Gemma's checkpoints store `w` and scale by `1 + w`.
     let norm = |b: &mut GraphBuilder, x: ValueId, role: TensorRole| {
         let mut nw = w(b, role)?;
-        if gemma {
+        if config.norm_plus_one {
             if b.node(nw)?.dtype != DType::F32 {
                 nw = b.cast(nw, DType::F32)?;
             }
