@@ -60,6 +60,8 @@ SKIP = {
     "llama.cpp takes 1/sqrt(head_dim) and a pattern of 6 (gemma3_gguf covers it)",
     "gemma3_legacy": "as gemma3",
     "llama_gelu_tanh": "hidden_act is not written for llama; llama.cpp computes SiLU",
+    "llama_gelu": "hidden_act is not written for llama; llama.cpp computes SiLU",
+    "llama_yarn": "Switchyard refuses GGUF rope.scaling.type yarn (not implemented for GGUF)",
     "mistral_window": "llama.cpp's llama architecture reads no sliding window",
     "qwen3_window": "llama.cpp's qwen3 architecture reads no sliding window",
 }

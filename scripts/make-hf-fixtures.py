@@ -237,6 +237,20 @@ VARIANTS["gemma3_gguf"] = variant(
     sliding_window_pattern=6,
     **dict(GEMMA_GGUF, num_hidden_layers=6),
 )
+VARIANTS["llama_gelu"] = variant("llama", rope_theta=10000.0, hidden_act="gelu")
+VARIANTS["llama_yarn"] = variant(
+    "llama",
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+)
+VARIANTS["llama_dynamic"] = variant(
+    "llama", rope_theta=10000.0, rope_scaling={"type": "dynamic", "factor": 2.0}
+)
+LEGACY.add("llama_dynamic")
 
 
 def top(logits, k=10):

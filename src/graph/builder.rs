@@ -145,6 +145,11 @@ impl GraphBuilder {
         self.unary(Op::Gelu, x)
     }
 
+    /// GELU, exact (erf).
+    pub fn gelu_erf(&mut self, x: ValueId) -> Built {
+        self.unary(Op::GeluErf, x)
+    }
+
     /// `x · scale + bias` element-wise.
     pub fn affine(&mut self, x: ValueId, scale: f32, bias: f32) -> Built {
         self.unary(Op::Affine { scale, bias }, x)

@@ -210,6 +210,7 @@ fn write_attributes(op: &Op, w: &mut CanonicalWriter) {
         | Op::Mul
         | Op::Silu
         | Op::Gelu
+        | Op::GeluErf
         | Op::SwiGlu
         | Op::Softmax
         | Op::Reshape

@@ -36,6 +36,8 @@ pub enum Op {
     Silu,
     /// GELU, tanh approximation.
     Gelu,
+    /// GELU, exact: `x · Φ(x) = ½x(1 + erf(x/√2))`.
+    GeluErf,
     /// Fused `silu(gate) · up`: inputs `[gate, up]` of equal shape.
     SwiGlu,
     /// RMS normalisation over the last axis, scaled by `weight [D]`: inputs `[x, weight]`.
@@ -165,11 +167,12 @@ pub enum OpKind {
     RopeFreqs,
     Affine,
     SoftCap,
+    GeluErf,
 }
 
 impl OpKind {
     /// Every kind, in tag order.
-    pub const ALL: [OpKind; 23] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Input,
         OpKind::Weight,
         OpKind::Embedding,
@@ -193,6 +196,7 @@ impl OpKind {
         OpKind::RopeFreqs,
         OpKind::Affine,
         OpKind::SoftCap,
+        OpKind::GeluErf,
     ];
 
     /// Lower-case name used in plans and error messages.
@@ -221,6 +225,7 @@ impl OpKind {
             OpKind::RopeFreqs => "rope_freqs",
             OpKind::Affine => "affine",
             OpKind::SoftCap => "softcap",
+            OpKind::GeluErf => "gelu_erf",
         }
     }
 
@@ -248,6 +253,7 @@ impl Op {
             Op::Mul => OpKind::Mul,
             Op::Silu => OpKind::Silu,
             Op::Gelu => OpKind::Gelu,
+            Op::GeluErf => OpKind::GeluErf,
             Op::SwiGlu => OpKind::SwiGlu,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::LayerNorm { .. } => OpKind::LayerNorm,

@@ -61,11 +61,12 @@ pub(super) fn run_node(
             };
             with_f32_out(dtype, out, |o| binary(op, &a, &b, o))
         }
-        Op::Silu | Op::Gelu | Op::Affine { .. } | Op::SoftCap { .. } => {
+        Op::Silu | Op::Gelu | Op::GeluErf | Op::Affine { .. } | Op::SoftCap { .. } => {
             let x = arg(0)?.to_f32()?;
             let op = match node.op {
                 Op::Silu => Unary::Silu,
                 Op::Gelu => Unary::Gelu,
+                Op::GeluErf => Unary::GeluErf,
                 Op::Affine { scale, bias } => Unary::Affine { scale, bias },
                 Op::SoftCap { cap } => Unary::SoftCap { cap },
                 _ => unreachable!("matched above"),

@@ -78,6 +78,7 @@ pub fn activation(
             Some(v) => match v.as_str() {
                 Some("silu") => Ok(Some(FfnActivation::Silu)),
                 Some("gelu_pytorch_tanh" | "gelu_new") => Ok(Some(FfnActivation::GeluTanh)),
+                Some("gelu") => Ok(Some(FfnActivation::GeluErf)),
                 _ => Err(unsupported(path, KeySource::ConfigJson, name, v)),
             },
         }

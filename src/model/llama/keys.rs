@@ -29,7 +29,7 @@ pub const HF_IMPLEMENTED: &[KeyRule] = &[
     ("rope_theta", "RoPE frequency base"),
     (
         "rope_scaling",
-        "RoPE scaling: none, linear, llama3 or longrope",
+        "RoPE scaling: none, linear, dynamic, yarn, llama3 or longrope",
     ),
     (
         "rope_parameters",
@@ -40,7 +40,10 @@ pub const HF_IMPLEMENTED: &[KeyRule] = &[
         "fraction of each head rotated (Phi-3; 1.0 elsewhere)",
     ),
     ("rope_interleaved", "adjacent-pair RoPE (false only)"),
-    ("hidden_act", "feed-forward activation: silu or gelu (tanh)"),
+    (
+        "hidden_act",
+        "feed-forward activation: silu, gelu (erf) or gelu_pytorch_tanh",
+    ),
     (
         "attention_bias",
         "q/k/v/o biases: every bias tensor present is applied",

@@ -175,20 +175,20 @@ fn the_base_config_loads() {
 fn every_unsupported_hf_variant_is_refused_by_key_and_value() {
     let cases = [
         (
-            serde_json::json!({"rope_scaling": {"type": "yarn", "factor": 4.0}}),
-            r#"unsupported: config.json rope_scaling.type = "yarn""#,
+            serde_json::json!({"rope_scaling": {"type": "su", "factor": 4.0}}),
+            r#"unsupported: config.json rope_scaling.type = "su""#,
         ),
         (
-            serde_json::json!({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
-            r#"config.json rope_scaling.rope_type = "dynamic""#,
+            serde_json::json!({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0, "beta_fast": 8}}),
+            r#"config.json rope_scaling.beta_fast = 8"#,
         ),
         (
-            serde_json::json!({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}),
-            r#"config.json rope_parameters.rope_type = "yarn""#,
+            serde_json::json!({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "truncate": "yes"}}),
+            r#"config.json rope_parameters.truncate = "yes""#,
         ),
         (
-            serde_json::json!({"hidden_act": "gelu"}),
-            r#"config.json hidden_act = "gelu""#,
+            serde_json::json!({"hidden_act": "gelu_fast"}),
+            r#"config.json hidden_act = "gelu_fast""#,
         ),
         (
             serde_json::json!({"hidden_act": "relu"}),

@@ -52,6 +52,8 @@ pub enum FfnActivation {
     Silu,
     /// `gelu_tanh(gate) · up` (GeGLU; `hidden_act: gelu_pytorch_tanh`).
     GeluTanh,
+    /// `gelu(gate) · up` with the exact erf GELU (`hidden_act: gelu`).
+    GeluErf,
 }
 
 /// Hyper-parameters of a Llama-family model.

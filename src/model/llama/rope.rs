@@ -31,6 +31,25 @@ pub enum RopeScaling {
         /// Pre-training context length.
         original_max_position_embeddings: f64,
     },
+    /// `dynamic` NTK scaling: θ grows once a sequence passes `max_position_embeddings`;
+    /// up to there (the context is capped there) it is plain RoPE, as in transformers.
+    Dynamic,
+    /// YaRN (`yarn`): each pair's frequency blended between kept and divided by
+    /// `factor` along a ramp over the pairs, and cos/sin scaled by an attention factor.
+    Yarn {
+        /// Divisor of the interpolated frequencies.
+        factor: f64,
+        /// cos/sin multiplier.
+        attention_factor: f64,
+        /// Rotations at which extrapolation ends (`beta_fast`, default 32).
+        beta_fast: f64,
+        /// Rotations at which interpolation begins (`beta_slow`, default 1).
+        beta_slow: f64,
+        /// Pre-training context length.
+        original_max_position_embeddings: f64,
+        /// Whether the ramp's ends are rounded to whole pairs (`truncate`, default true).
+        truncate: bool,
+    },
     /// Phi-3's `longrope`: per-pair frequency divisors, `short_factor` up to the
     /// pre-training length (the only range implemented: the context is capped there,
     /// since transformers switches every position to `long_factor` beyond it), and
@@ -67,6 +86,20 @@ const KEYS_BY_TYPE: &[(&str, &[&str])] = &[
             "low_freq_factor",
             "high_freq_factor",
             "original_max_position_embeddings",
+        ],
+    ),
+    ("dynamic", &["factor"]),
+    (
+        "yarn",
+        &[
+            "factor",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "original_max_position_embeddings",
+            "truncate",
         ],
     ),
     (
@@ -189,10 +222,13 @@ impl HfRope {
         }
     }
 
-    /// The cos/sin multiplier (`longrope`'s attention factor; 1 otherwise).
+    /// The cos/sin multiplier (`longrope`'s and `yarn`'s attention factor; 1 otherwise).
     pub fn attn_factor(&self) -> f32 {
         match self.scaling {
             RopeScaling::LongRope {
+                attention_factor, ..
+            }
+            | RopeScaling::Yarn {
                 attention_factor, ..
             } => attention_factor as f32,
             _ => 1.0,
@@ -276,7 +312,34 @@ impl HfRope {
     pub fn inv_freq(&self, path: &Path, n_rot: usize) -> Result<Option<Vec<f32>>, ModelError> {
         let base = |i: usize| self.theta.powf(-2.0 * i as f64 / n_rot as f64);
         Ok(match &self.scaling {
-            RopeScaling::None | RopeScaling::Linear { .. } => None,
+            RopeScaling::None | RopeScaling::Linear { .. } | RopeScaling::Dynamic => None,
+            &RopeScaling::Yarn {
+                factor,
+                beta_fast,
+                beta_slow,
+                original_max_position_embeddings,
+                truncate,
+                ..
+            } => {
+                let (low, high) = yarn_range(
+                    beta_fast,
+                    beta_slow,
+                    n_rot,
+                    self.theta,
+                    original_max_position_embeddings,
+                    truncate,
+                );
+                Some(
+                    (0..n_rot / 2)
+                        .map(|i| {
+                            // 1 keeps the frequency (fast pairs), 0 divides it by `factor`.
+                            let keep = 1.0 - ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                            let f = base(i);
+                            (f / factor * (1.0 - keep) + f * keep) as f32
+                        })
+                        .collect(),
+                )
+            }
             RopeScaling::LongRope { short_factor, .. } => {
                 if short_factor.len() != n_rot / 2 {
                     return Err(ModelError::Config {
@@ -338,6 +401,34 @@ fn llama3_inv_freq(inv_freq: f64, factor: f64, low: f64, high: f64, original: f6
     } else {
         let smooth = (original / wavelen - low) / (high - low);
         (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+    }
+}
+
+/// YaRN's ramp over the pairs, as transformers computes it: from the pair that turns
+/// `beta_fast` times over the pre-training length to the one that turns `beta_slow`
+/// times, rounded outwards when `truncate`, kept within `[0, n_rot - 1]`, and never
+/// empty.
+fn yarn_range(
+    beta_fast: f64,
+    beta_slow: f64,
+    n_rot: usize,
+    theta: f64,
+    original: f64,
+    truncate: bool,
+) -> (f64, f64) {
+    let dim = n_rot as f64;
+    let pair = |rotations: f64| {
+        dim * (original / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
+    };
+    let (mut low, mut high) = (pair(beta_fast), pair(beta_slow));
+    if truncate {
+        (low, high) = (low.floor(), high.ceil());
+    }
+    let (low, high) = (low.max(0.0), high.min(dim - 1.0));
+    if low == high {
+        (low, high + 0.001)
+    } else {
+        (low, high)
     }
 }
 
@@ -456,6 +547,62 @@ fn scaling(
                 original_max_position_embeddings: original,
             }
         }
+        "dynamic" => {
+            need("factor")?;
+            RopeScaling::Dynamic
+        }
+        "yarn" => {
+            let original = match (
+                lengths.top_original,
+                o.get("original_max_position_embeddings"),
+            ) {
+                (Some(v), _) => v,
+                (None, Some(_)) => need("original_max_position_embeddings")?,
+                (None, None) => lengths.max_positions as f64,
+            };
+            let optional = |key: &str, default: f64| -> Result<f64, ModelError> {
+                match o.get(key) {
+                    None | Some(Value::Null) => Ok(default),
+                    Some(_) => need(key),
+                }
+            };
+            let factor = match o.get("factor") {
+                None | Some(Value::Null) => lengths.max_positions as f64 / original,
+                Some(_) => need("factor")?,
+            };
+            // transformers: the attention factor given, else 0.1·m·ln(factor) + 1 (1
+            // when factor <= 1), m = mscale / mscale_all_dim when both are given.
+            let mscale = |m: f64| {
+                if factor <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * factor.ln() + 1.0
+                }
+            };
+            let shown = format!("{name}.attention_factor");
+            let attention_factor = match number(path, o, "attention_factor", &shown)? {
+                Some(a) => a,
+                None => match (o.get("mscale"), o.get("mscale_all_dim")) {
+                    (Some(a), Some(b)) if !a.is_null() && !b.is_null() => {
+                        mscale(need("mscale")?) / mscale(need("mscale_all_dim")?)
+                    }
+                    _ => mscale(1.0),
+                },
+            };
+            let truncate = match o.get("truncate") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => return Err(refuse("truncate", other)),
+            };
+            RopeScaling::Yarn {
+                factor,
+                attention_factor,
+                beta_fast: optional("beta_fast", 32.0)?,
+                beta_slow: optional("beta_slow", 1.0)?,
+                original_max_position_embeddings: original,
+                truncate,
+            }
+        }
         _ => RopeScaling::None,
     })
 }
@@ -498,7 +645,7 @@ mod tests {
 
     #[test]
     fn unsupported_types_and_keys_are_named() {
-        for (kind, key) in [("yarn", "type"), ("dynamic", "type"), ("su", "type")] {
+        for (kind, key) in [("su", "type"), ("ntk", "type")] {
             let json = serde_json::json!({"rope_scaling": {"type": kind, "factor": 2.0}});
             let err = read(json).unwrap_err().to_string();
             let want = format!("unsupported: config.json rope_scaling.{key} = \"{kind}\"");

@@ -203,6 +203,10 @@ pub fn trace_batch(
                 let gate = b.gelu(gate)?;
                 b.mul(gate, up)?
             }
+            FfnActivation::GeluErf => {
+                let gate = b.gelu_erf(gate)?;
+                b.mul(gate, up)?
+            }
         };
         let mut down = linear(
             &mut b,

@@ -58,6 +58,13 @@ fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
+/// Exact GELU, `½x(1 + erf(x/√2))`, evaluated in f64 (libm's erf) so the f32 result
+/// is correctly rounded in all but rare ties.
+fn gelu_erf(x: f32) -> f32 {
+    let x = f64::from(x);
+    (0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
 /// A unary element-wise operation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Unary {
@@ -65,6 +72,8 @@ pub(crate) enum Unary {
     Silu,
     /// GELU (tanh).
     Gelu,
+    /// GELU (erf, exact).
+    GeluErf,
     /// `x · scale + bias`.
     Affine {
         /// Multiplier.
@@ -86,6 +95,7 @@ impl Unary {
         match self {
             Unary::Silu => silu(v),
             Unary::Gelu => gelu(v),
+            Unary::GeluErf => gelu_erf(v),
             Unary::Affine { scale, bias } => v * scale + bias,
             Unary::SoftCap { cap } => cap * (v / cap).tanh(),
         }
@@ -200,6 +210,27 @@ mod tests {
             .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
             .collect();
         assert_close(&out, &want, 1e-6);
+    }
+
+    /// `x · Φ(x)` at points where the standard normal CDF is tabulated:
+    /// Φ(1) = 0.8413447460685429, Φ(-1) = 0.15865525393145707, Φ(2) =
+    /// 0.9772498680518208, Φ(-3) = 0.0013498980316301035, Φ(0.5) = 0.6914624612740131.
+    #[test]
+    fn exact_gelu_matches_the_normal_cdf() {
+        let x = [1.0f32, -1.0, 2.0, -3.0, 0.5, 0.0];
+        let phi = [
+            0.841_344_746_068_542_9,
+            0.158_655_253_931_457_07,
+            0.977_249_868_051_820_8,
+            0.001_349_898_031_630_103_5,
+            0.691_462_461_274_013_1,
+            0.5,
+        ];
+        let mut out = [0f32; 6];
+        unary(Unary::GeluErf, &x, &mut out).unwrap();
+        for ((&v, &p), &got) in x.iter().zip(&phi).zip(&out) {
+            assert_eq!(got, (f64::from(v) * p) as f32, "gelu_erf({v})");
+        }
     }
 
     #[test]
