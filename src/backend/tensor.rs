@@ -296,6 +296,15 @@ impl SharedBytes {
     pub fn release_pages(&self) {
         self.owner.release(self.start..self.start + self.len);
     }
+
+    /// [`Self::release_pages`] for the bytes `range` of these (clipped to them).
+    pub fn release_range(&self, range: std::ops::Range<usize>) {
+        let end = range.end.min(self.len);
+        if range.start < end {
+            self.owner
+                .release(self.start + range.start..self.start + end);
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedBytes {

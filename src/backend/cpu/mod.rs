@@ -61,7 +61,7 @@ impl CpuBackend {
         &self,
         (dtype, w, n, k): (crate::graph::DType, &'a [u8], usize, usize),
     ) -> Result<BenchWeight<'a>, BackendError> {
-        let packed = self.packs.get(dtype, w, n, k)?;
+        let packed = packed::pack_uncached(dtype, w, n, k)?;
         let raw = kernels::matmul::Weight {
             dtype,
             bytes: w,

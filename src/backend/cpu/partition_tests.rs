@@ -208,3 +208,58 @@ fn missing_or_mismatched_weights_are_errors() {
     let unreadable = compile(&cpu, &g, &[], &Weights::new(&[]));
     assert!(matches!(unreadable, Err(BackendError::Input(_))));
 }
+
+/// Bytes that record which ranges they were asked to give back (a file map stand-in).
+struct Recording {
+    bytes: Vec<u8>,
+    released: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
+}
+
+impl AsRef<[u8]> for Recording {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl crate::backend::ByteOwner for Recording {
+    fn release(&self, range: std::ops::Range<usize>) {
+        self.released.lock().unwrap().push(range);
+    }
+}
+
+/// A looked-up embedding row and a packed matmul weight give their source bytes
+/// back: the row after each lookup, the weight as it is packed (tied tables would
+/// otherwise be resident twice).
+#[test]
+fn embedding_rows_and_packed_weights_release_their_source() {
+    let (vocab, d) = (64, 32);
+    let mut b = GraphBuilder::new();
+    let ids = b.input("ids", DType::I32, [2]).unwrap();
+    let table = b.weight("table", DType::Q8_0, [vocab, d]).unwrap();
+    let x = b.embedding(table, ids).unwrap();
+    let logits = b.matmul(x, table).unwrap();
+    let g = b.finish(vec![logits]).unwrap();
+    let block: Vec<u8> = f16::from_f32(0.5)
+        .to_le_bytes()
+        .into_iter()
+        .chain((0..32).map(|j| j as u8))
+        .collect();
+    let owner = std::sync::Arc::new(Recording {
+        bytes: block.repeat(vocab),
+        released: Default::default(),
+    });
+    let data = SharedBytes::new(owner.clone(), 0, 34 * vocab).unwrap();
+    let host = HostTensor::new(DType::Q8_0, Shape::new([vocab, d]), data).unwrap();
+    let weights = Weights(HashMap::from([("table".to_string(), host)]));
+    let cpu = CpuBackend::new(Some(2)).unwrap();
+    let mut part = compile(&cpu, &g, &[ids], &weights).unwrap();
+    let packed = owner.released.lock().unwrap().clone();
+    let whole = 34 * vocab;
+    if !packed.is_empty() {
+        assert_eq!(packed, vec![0..whole], "packing gives back what it read");
+    }
+    owner.released.lock().unwrap().clear();
+    let input = Tensor::from_i32([2], &[5, 60]).unwrap();
+    part.run(&[&input], &mut StepState::stateless()).unwrap();
+    assert_eq!(*owner.released.lock().unwrap(), vec![5 * 34..6 * 34, 60 * 34..61 * 34]);
+}

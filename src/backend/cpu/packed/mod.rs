@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use rayon::prelude::*;
 
 use super::simd::{quantize_rows, scales_mins, BlockQ8, QK, QK_K};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, SharedBytes};
 use crate::graph::DType;
 
 /// Weight rows per panel: one 512-bit register of `i32` lanes.
@@ -59,6 +59,9 @@ pub(crate) const PANEL: usize = 16;
 
 /// Activation rows whose accumulators a kernel keeps in registers at once.
 const ROW_GROUP: usize = 8;
+
+/// Source rows packed between two calls of [`PackedWeight::pack_releasing`]'s `done`.
+pub(crate) const RELEASE_ROWS: usize = 256;
 
 /// The weight formats with a packed layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,6 +404,20 @@ impl PackedWeight {
         n: usize,
         k: usize,
     ) -> Result<PackedWeight, BackendError> {
+        Self::pack_releasing(kind, bytes, n, k, &mut |_| {})
+    }
+
+    /// [`Self::pack`], calling `done` with each byte range of `bytes` once it has been
+    /// read for the last time (every [`RELEASE_ROWS`] rows), so that a file-mapped
+    /// source can give its pages back while a large weight is packed rather than
+    /// after: otherwise the whole source and the whole copy are resident at once.
+    pub(crate) fn pack_releasing(
+        kind: PackedKind,
+        bytes: &[u8],
+        n: usize,
+        k: usize,
+        done: &mut dyn FnMut(std::ops::Range<usize>),
+    ) -> Result<PackedWeight, BackendError> {
         let (per_block, block_bytes) = kind.source_block();
         let row_bytes = k / per_block * block_bytes;
         if !k.is_multiple_of(per_block) || bytes.len() != n * row_bytes {
@@ -410,7 +427,7 @@ impl PackedWeight {
             )));
         }
         if kind.is_float() {
-            return Ok(float::pack(kind, bytes, n, k));
+            return Ok(float::pack(kind, bytes, n, k, done));
         }
         let nb = k / QK;
         let per_scale = kind.blocks_per_scale();
@@ -445,6 +462,10 @@ impl PackedWeight {
                     dst[((j / 4) * PANEL + r) * 4 + j % 4] = v;
                 }
             });
+            if (row + 1) % RELEASE_ROWS == 0 || row + 1 == n {
+                let first = row - row % RELEASE_ROWS;
+                done(first * row_bytes..(row + 1) * row_bytes);
+            }
         }
         Ok(PackedWeight {
             kind,
@@ -490,6 +511,20 @@ impl PackedWeight {
     }
 }
 
+/// The packed form of the `[n, k]` weight of `dtype` in `bytes`, made now and not
+/// cached (benchmarks), or `None` where [`PackCache::get`] would give none.
+pub(crate) fn pack_uncached(
+    dtype: DType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Result<Option<Arc<PackedWeight>>, BackendError> {
+    match PackedKind::of(dtype).filter(|&kind| available(kind)) {
+        Some(kind) if n > 0 && k > 0 => Ok(Some(Arc::new(PackedWeight::pack(kind, bytes, n, k)?))),
+        _ => Ok(None),
+    }
+}
+
 /// A source weight's identity: its bytes' address and length, dtype and rows.
 type PackKey = (usize, usize, DType, usize);
 
@@ -502,16 +537,18 @@ pub(crate) struct PackCache {
 }
 
 impl PackCache {
-    /// The packed form of the `[n, k]` weight of `dtype` in `bytes`, or `None` when
-    /// this CPU has no packed kernel or `dtype` has no packed layout. `bytes` must stay
+    /// The packed form of the `[n, k]` weight of `dtype` in `source`, or `None` when
+    /// this CPU has no packed kernel or `dtype` has no packed layout. `source` must stay
     /// alive (and unchanged) while the result does: the cache keys by its address.
+    /// A new packing gives `source`'s pages back as it goes ([`SharedBytes::release_range`]).
     pub(crate) fn get(
         &self,
         dtype: DType,
-        bytes: &[u8],
+        source: &SharedBytes,
         n: usize,
         k: usize,
     ) -> Result<Option<Arc<PackedWeight>>, BackendError> {
+        let bytes = source.as_bytes();
         let Some(kind) = PackedKind::of(dtype).filter(|&kind| available(kind)) else {
             return Ok(None);
         };
@@ -524,7 +561,14 @@ impl PackCache {
         if let Some(packed) = entries.get(&key).and_then(Weak::upgrade) {
             return Ok(Some(packed));
         }
-        let packed = Arc::new(PackedWeight::pack(kind, bytes, n, k)?);
+        let mut release = |range| source.release_range(range);
+        let packed = Arc::new(PackedWeight::pack_releasing(
+            kind,
+            bytes,
+            n,
+            k,
+            &mut release,
+        )?);
         entries.retain(|_, w| w.strong_count() > 0);
         entries.insert(key, Arc::downgrade(&packed));
         Ok(Some(packed))

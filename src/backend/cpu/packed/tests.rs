@@ -165,8 +165,27 @@ fn packing_checks_sizes_and_pads_the_last_panel() {
 #[test]
 fn empty_weights_are_not_packed() {
     let cache = super::PackCache::default();
+    let empty = crate::backend::SharedBytes::from_vec(Vec::new());
     for dtype in [DType::F16, DType::BF16, DType::Q4_0, DType::Q4K] {
-        assert!(cache.get(dtype, &[], 0, 256).unwrap().is_none());
-        assert!(cache.get(dtype, &[], 16, 0).unwrap().is_none());
+        assert!(cache.get(dtype, &empty, 0, 256).unwrap().is_none());
+        assert!(cache.get(dtype, &empty, 16, 0).unwrap().is_none());
+    }
+}
+
+/// Packing hands back every source byte exactly once, in order, in ranges of
+/// `RELEASE_ROWS` rows (the last one shorter), block and float layouts alike.
+#[test]
+fn packing_releases_the_source_as_it_goes() {
+    let n = 2 * super::RELEASE_ROWS + 37;
+    for (kind, k, row_bytes) in [(PackedKind::Q4_1, 64, 2 * 20), (PackedKind::F16, 32, 64)] {
+        let raw = vec![0u8; n * row_bytes];
+        let mut ranges = Vec::new();
+        PackedWeight::pack_releasing(kind, &raw, n, k, &mut |r| ranges.push(r)).unwrap();
+        let step = super::RELEASE_ROWS * row_bytes;
+        let want: Vec<_> = (0..raw.len())
+            .step_by(step)
+            .map(|s| s..(s + step).min(raw.len()))
+            .collect();
+        assert_eq!(ranges, want, "{kind:?}");
     }
 }

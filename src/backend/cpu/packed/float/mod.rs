@@ -118,7 +118,13 @@ fn kernel(kind: PackedKind) -> Option<Kernel> {
 
 /// Lays the `[n, k]` two-byte values in `bytes` out as panels (the caller checked the
 /// size); the last panel's missing rows are zeros.
-pub(super) fn pack(kind: PackedKind, bytes: &[u8], n: usize, k: usize) -> PackedWeight {
+pub(super) fn pack(
+    kind: PackedKind,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    done: &mut dyn FnMut(std::ops::Range<usize>),
+) -> PackedWeight {
     let (panels, cols) = (n.div_ceil(PANEL), stored_columns(kind, k));
     let bf16 = kind == PackedKind::BF16;
     let mut lines = vec![CacheLine([0; 64]); (panels * cols * PANEL * 2).div_ceil(64)];
@@ -127,6 +133,10 @@ pub(super) fn pack(kind: PackedKind, bytes: &[u8], n: usize, k: usize) -> Packed
         let (p, r) = (row / PANEL, row % PANEL);
         for (c, v) in src.chunks_exact(2).enumerate() {
             values[p * cols * PANEL + slot(bf16, c, r)] = u16::from_le_bytes([v[0], v[1]]);
+        }
+        if (row + 1) % super::RELEASE_ROWS == 0 || row + 1 == n {
+            let first = row - row % super::RELEASE_ROWS;
+            done(first * 2 * k..(row + 1) * 2 * k);
         }
     }
     PackedWeight {
