@@ -84,7 +84,9 @@ ctx=$(( ctx > 2048 ? ctx : 2048 ))
 for round in $(seq 1 "$rounds"); do
   while read -r label path; do
     echo "round $round/$rounds, $label: switchyard" >&2
-    "$bin" bench --model "$path" --threads "$threads" --ctx "$ctx" --prompt-tokens "$pp" \
+    # CPU against llama.cpp's CPU build: probing for a GPU would load whatever Vulkan
+    # drivers are installed (here lavapipe, ~50 MiB of peak RSS) without using them.
+    "$bin" bench --model "$path" --backends cpu --threads "$threads" --ctx "$ctx" --prompt-tokens "$pp" \
       --gen-tokens "$tg" --reps "$reps" --json > "$out/switchyard.$label.$round.json"
     echo "round $round/$rounds, $label: llama-bench (flash attention off, on)" >&2
     /usr/bin/time -f '%M' -o "$out/llamacpp.$label.$round.rss" \

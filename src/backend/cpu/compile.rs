@@ -259,7 +259,8 @@ impl CompiledPartition for CpuPartition {
 /// to 2 MiB per fault here), so a few hundred distinct tokens would otherwise make the
 /// whole table resident, and a tied table counts twice beside the output head's
 /// packed copy (measured: 195 of 215 MB of a 1B model's table resident after 300
-/// tokens). The pages stay in the page cache; the next lookup maps them again (no
+/// tokens). The 2 MiB window around the row goes, since one fault maps a large folio
+/// around it. The pages stay in the page cache; the next lookup maps them again (no
 /// decode slowdown above noise: 135M Q4_1 tg128 236/180/195 against 207/183/194 tok/s
 /// without, interleaved).
 fn release_looked_up_rows(step: &Step, views: &[View<'_>]) {
@@ -280,11 +281,16 @@ fn release_looked_up_rows(step: &Step, views: &[View<'_>]) {
             .ok()
             .and_then(|r| r.checked_mul(row_bytes));
         if let Some(start) = start {
+            // The whole aligned window the fault may have mapped, not just the row.
+            let window = start - start % RELEASE_WINDOW;
             host.data
-                .release_range(start..start.saturating_add(row_bytes));
+                .release_range(window..window.saturating_add(RELEASE_WINDOW));
         }
     }
 }
+
+/// The most the kernel maps on one fault of a file page (a 2 MiB large folio).
+const RELEASE_WINDOW: usize = 2 << 20;
 
 /// The bytes behind operand `o`.
 fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) -> View<'a> {

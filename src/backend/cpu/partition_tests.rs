@@ -253,13 +253,28 @@ fn embedding_rows_and_packed_weights_release_their_source() {
     let weights = Weights(HashMap::from([("table".to_string(), host)]));
     let cpu = CpuBackend::new(Some(2)).unwrap();
     let mut part = compile(&cpu, &g, &[ids], &weights).unwrap();
-    let packed = owner.released.lock().unwrap().clone();
+    let covers = |ranges: &[std::ops::Range<usize>], want: std::ops::Range<usize>| {
+        ranges
+            .iter()
+            .any(|r| r.start <= want.start && want.end <= r.end)
+    };
     let whole = 34 * vocab;
+    let packed = owner.released.lock().unwrap().clone();
     if !packed.is_empty() {
-        assert_eq!(packed, vec![0..whole], "packing gives back what it read");
+        assert!(
+            covers(&packed, 0..whole),
+            "packing gives back what it read: {packed:?}"
+        );
     }
     owner.released.lock().unwrap().clear();
     let input = Tensor::from_i32([2], &[5, 60]).unwrap();
     part.run(&[&input], &mut StepState::stateless()).unwrap();
-    assert_eq!(*owner.released.lock().unwrap(), vec![5 * 34..6 * 34, 60 * 34..61 * 34]);
+    let looked_up = owner.released.lock().unwrap().clone();
+    assert_eq!(looked_up.len(), 2, "{looked_up:?}");
+    for row in [5, 60] {
+        assert!(
+            covers(&looked_up, row * 34..(row + 1) * 34),
+            "row {row}: {looked_up:?}"
+        );
+    }
 }

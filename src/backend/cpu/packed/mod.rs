@@ -569,6 +569,9 @@ impl PackCache {
             k,
             &mut release,
         )?);
+        // A fault maps a whole large folio, so reading one range maps back some of the
+        // ranges given back before it: give the whole source back once more.
+        source.release_pages();
         entries.retain(|_, w| w.strong_count() > 0);
         entries.insert(key, Arc::downgrade(&packed));
         Ok(Some(packed))
