@@ -256,6 +256,12 @@ pub trait ByteOwner: AsRef<[u8]> + Send + Sync {
     fn release(&self, range: std::ops::Range<usize>) {
         let _ = range;
     }
+
+    /// Whether the bytes are a file map, whose pages a read maps in (and
+    /// [`Self::release`] gives back).
+    fn is_file_map(&self) -> bool {
+        false
+    }
 }
 
 impl ByteOwner for Vec<u8> {}
@@ -295,6 +301,11 @@ impl SharedBytes {
     /// the hot path. The bytes stay readable.
     pub fn release_pages(&self) {
         self.owner.release(self.start..self.start + self.len);
+    }
+
+    /// Whether these bytes are read from a file map ([`ByteOwner::is_file_map`]).
+    pub fn is_file_map(&self) -> bool {
+        self.owner.is_file_map()
     }
 
     /// [`Self::release_pages`] for the bytes `range` of these (clipped to them).

@@ -41,6 +41,10 @@ impl ByteOwner for MappedFile {
             log::debug!("releasing {} mapped bytes: {e}", range.len());
         }
     }
+
+    fn is_file_map(&self) -> bool {
+        true
+    }
 }
 use crate::graph::{DType, Shape};
 

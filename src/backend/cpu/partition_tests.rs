@@ -213,6 +213,7 @@ fn missing_or_mismatched_weights_are_errors() {
 struct Recording {
     bytes: Vec<u8>,
     released: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
+    file_map: bool,
 }
 
 impl AsRef<[u8]> for Recording {
@@ -224,6 +225,39 @@ impl AsRef<[u8]> for Recording {
 impl crate::backend::ByteOwner for Recording {
     fn release(&self, range: std::ops::Range<usize>) {
         self.released.lock().unwrap().push(range);
+    }
+
+    fn is_file_map(&self) -> bool {
+        self.file_map
+    }
+}
+
+/// A small weight read from a file map is copied when uploaded, and its pages given
+/// back; a large one (or one that owns its bytes) is aliased.
+#[test]
+fn small_mapped_weights_are_copied_on_upload() {
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    for (len, file_map, copied) in [
+        (4096, true, true),
+        (1 << 20, true, false),
+        (4096, false, false),
+    ] {
+        let owner = std::sync::Arc::new(Recording {
+            bytes: vec![7; len],
+            released: Default::default(),
+            file_map,
+        });
+        let data = SharedBytes::new(owner.clone(), 0, len).unwrap();
+        let w = HostTensor::new(DType::F32, Shape::new([len / 4]), data).unwrap();
+        let resident = cpu.upload(&w).unwrap();
+        let host = resident.handle.downcast_ref::<HostTensor>().unwrap();
+        assert_eq!(host.data.as_bytes(), w.data.as_bytes());
+        assert_eq!(
+            resident.bytes,
+            if copied { len } else { 0 },
+            "{len} {file_map}"
+        );
+        assert_eq!(!owner.released.lock().unwrap().is_empty(), copied);
     }
 }
 
@@ -247,6 +281,7 @@ fn embedding_rows_and_packed_weights_release_their_source() {
     let owner = std::sync::Arc::new(Recording {
         bytes: block.repeat(vocab),
         released: Default::default(),
+        file_map: false,
     });
     let data = SharedBytes::new(owner.clone(), 0, 34 * vocab).unwrap();
     let host = HostTensor::new(DType::Q8_0, Shape::new([vocab, d]), data).unwrap();
