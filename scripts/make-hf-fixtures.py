@@ -225,17 +225,13 @@ VARIANTS["gemma3_legacy"] = variant(
 
 # What a GGUF conversion can express (the converter writes no query_pre_attn_scalar
 # and no Gemma 3 sliding pattern; llama.cpp takes 1/sqrt(head_dim) and a pattern of 6).
-GEMMA_GGUF = dict(GEMMA, query_pre_attn_scalar=16)
-VARIANTS["gemma2_gguf"] = variant(
-    "gemma2", rope_theta=10000.0, attn_logit_softcapping=2.0, final_logit_softcapping=8.0, **GEMMA_GGUF
-)
-VARIANTS["gemma3_gguf"] = variant(
-    "gemma3_text",
-    rope_theta=1000000.0,
+VARIANTS["gemma2_gguf"] = dict(VARIANTS["gemma2"], query_pre_attn_scalar=16)
+VARIANTS["gemma3_gguf"] = dict(
+    VARIANTS["gemma3_legacy"],
+    query_pre_attn_scalar=16,
     rope_local_base_freq=10000.0,
-    rope_scaling={"rope_type": "linear", "factor": 8.0},
     sliding_window_pattern=6,
-    **dict(GEMMA_GGUF, num_hidden_layers=6),
+    num_hidden_layers=6,
 )
 VARIANTS["llama_gelu"] = variant("llama", rope_theta=10000.0, hidden_act="gelu")
 VARIANTS["llama_yarn"] = variant(
