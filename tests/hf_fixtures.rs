@@ -3,7 +3,7 @@
 //! configs, weight seeds, token ids and transformers' float64 logits). Each test
 //! regenerates the weights bit-exactly from the seeds, writes a model directory, loads
 //! it the way a user would, and checks the prompt's token ids, the top-10 logits (f32
-//! KV cache within 1e-2, f16 within 3e-2: measured 2e-5 and 0.0234, the f16 rounding of
+//! KV cache within 1e-2, f16 within 3e-2: measured 4e-5 and 0.028, the f16 rounding of
 //! keys and values) and the argmax wherever transformers' top-1 margin is at least 0.5,
 //! at the last prompt position and 8 teacher-forced positions. The same again for
 //! each fixture's GGUF conversion by llama.cpp's converter
@@ -23,6 +23,10 @@ use switchyard::model::Model;
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 const MIN_MARGIN: f64 = 0.5;
+/// Top-10 logit tolerance with an f32 KV cache.
+const F32_KV_TOLERANCE: f32 = 1e-2;
+/// With an f16 one: its rounding of keys and values alone gives up to 0.028.
+const F16_KV_TOLERANCE: f32 = 3e-2;
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hf_fixtures")
@@ -368,24 +372,24 @@ fn check_all(format: Format, kv: KvDType, tolerance: f32) {
 
 #[test]
 fn every_fixture_matches_transformers_with_an_f32_kv_cache() {
-    check_all(Format::Hf, KvDType::F32, 1e-2);
+    check_all(Format::Hf, KvDType::F32, F32_KV_TOLERANCE);
 }
 
 #[test]
 fn every_fixture_matches_transformers_with_an_f16_kv_cache() {
-    check_all(Format::Hf, KvDType::F16, 3e-2);
+    check_all(Format::Hf, KvDType::F16, F16_KV_TOLERANCE);
 }
 
 /// Every fixture llama.cpp's converter can express, converted by it, matches
 /// transformers' logits as the Hugging Face directory does.
 #[test]
 fn every_gguf_conversion_matches_transformers_with_an_f32_kv_cache() {
-    check_all(Format::Gguf, KvDType::F32, 1e-2);
+    check_all(Format::Gguf, KvDType::F32, F32_KV_TOLERANCE);
 }
 
 #[test]
 fn every_gguf_conversion_matches_transformers_with_an_f16_kv_cache() {
-    check_all(Format::Gguf, KvDType::F16, 3e-2);
+    check_all(Format::Gguf, KvDType::F16, F16_KV_TOLERANCE);
 }
 
 /// The weight generator matches the script's: splitmix64's published first output

@@ -275,17 +275,22 @@ fn release_looked_up_rows(step: &Step, views: &[View<'_>]) {
     let Some(row_bytes) = table.dtype.bytes_for(d) else {
         return;
     };
-    for id in ids.bytes.chunks_exact(4) {
-        let row = i32::from_le_bytes([id[0], id[1], id[2], id[3]]);
-        let start = usize::try_from(row)
-            .ok()
-            .and_then(|r| r.checked_mul(row_bytes));
-        if let Some(start) = start {
-            // The whole aligned window the fault may have mapped, not just the row.
-            let window = start - start % RELEASE_WINDOW;
-            host.data
-                .release_range(window..window.saturating_add(RELEASE_WINDOW));
-        }
+    // The whole aligned window a fault may have mapped, not just the row; each window
+    // once, however many of the step's tokens fall in it (a prompt chunk has many).
+    let mut windows: Vec<usize> = ids
+        .bytes
+        .chunks_exact(4)
+        .filter_map(|id| {
+            let row = i32::from_le_bytes([id[0], id[1], id[2], id[3]]);
+            let start = usize::try_from(row).ok()?.checked_mul(row_bytes)?;
+            Some(start - start % RELEASE_WINDOW)
+        })
+        .collect();
+    windows.sort_unstable();
+    windows.dedup();
+    for window in windows {
+        host.data
+            .release_range(window..window.saturating_add(RELEASE_WINDOW));
     }
 }
 

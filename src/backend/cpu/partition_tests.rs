@@ -305,7 +305,8 @@ fn embedding_rows_and_packed_weights_release_their_source() {
     let input = Tensor::from_i32([2], &[5, 60]).unwrap();
     part.run(&[&input], &mut StepState::stateless()).unwrap();
     let looked_up = owner.released.lock().unwrap().clone();
-    assert_eq!(looked_up.len(), 2, "{looked_up:?}");
+    // Both rows lie in one 2 MiB window, which is given back once.
+    assert_eq!(looked_up.len(), 1, "{looked_up:?}");
     for row in [5, 60] {
         assert!(
             covers(&looked_up, row * 34..(row + 1) * 34),
