@@ -154,6 +154,11 @@ fn gguf_value(kind: &str, value: &Value) -> GgufValue {
 /// metadata and tensor order, each tensor rebuilt by its recipe (which the script
 /// checked bit for bit against the converter's output).
 fn write_gguf_model(fixture: &Value, dir: &Path) -> PathBuf {
+    write_gguf_model_with(fixture, dir, &[])
+}
+
+/// [`write_gguf_model`] with `extra` metadata appended.
+fn write_gguf_model_with(fixture: &Value, dir: &Path, extra: &[(&str, GgufValue)]) -> PathBuf {
     let gguf = &fixture["gguf"];
     let hf: std::collections::HashMap<String, (Vec<usize>, Vec<f32>)> = hf_tensors(fixture)
         .into_iter()
@@ -198,6 +203,7 @@ fn write_gguf_model(fixture: &Value, dir: &Path) -> PathBuf {
     let meta: Vec<(&str, GgufValue)> = metadata
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
+        .chain(extra.iter().cloned())
         .collect();
     let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let path = dir.join("model.gguf");
@@ -390,6 +396,28 @@ fn every_gguf_conversion_matches_transformers_with_an_f32_kv_cache() {
 #[test]
 fn every_gguf_conversion_matches_transformers_with_an_f16_kv_cache() {
     check_all(Format::Gguf, KvDType::F16, F16_KV_TOLERANCE);
+}
+
+/// A Phi-3 GGUF's `rope.scaling.attn_factor` acts only with longrope's factor tables:
+/// beside them it is applied (the `phi3_longrope` fixture), without them a value other
+/// than 1 would change nothing and is refused by name.
+#[test]
+fn a_gguf_attention_factor_without_longrope_factors_is_refused() {
+    let fixture = fixtures()
+        .into_iter()
+        .find(|(name, _)| name == "phi3_window")
+        .expect("phi3_window fixture")
+        .1;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [("phi3.rope.scaling.attn_factor", GgufValue::F32(1.5))];
+    let path = write_gguf_model_with(&fixture, dir.path(), &extra);
+    let err = Model::open(&path).err().expect("refused").to_string();
+    assert!(
+        err.contains("GGUF metadata phi3.rope.scaling.attn_factor = 1.5"),
+        "{err}"
+    );
+    let one = [("phi3.rope.scaling.attn_factor", GgufValue::F32(1.0))];
+    Model::open(&write_gguf_model_with(&fixture, dir.path(), &one)).unwrap();
 }
 
 /// The weight generator matches the script's: splitmix64's published first output

@@ -238,10 +238,20 @@ impl Read<'_> {
             Some(name) => Some(inv_freq(file, name, freq_base, freq_scale, n_rot)?),
             None => None,
         };
-        let attn_factor = match factors {
-            Some(GGUF_ROPE_FACTORS_SHORT) => self.positive("rope.scaling.attn_factor", 1.0)?,
-            _ => 1.0,
-        };
+        if file.tensor_info(GGUF_ROPE_FACTORS_LONG).is_some()
+            && factors != Some(GGUF_ROPE_FACTORS_SHORT)
+        {
+            return Err(config_error(
+                self.path,
+                &format!("{GGUF_ROPE_FACTORS_LONG} without {GGUF_ROPE_FACTORS_SHORT}"),
+            ));
+        }
+        // The factor scales cos and sin only with longrope's tables; anywhere else a
+        // value other than 1 would be ignored, so it is refused.
+        let attn_factor = self.positive("rope.scaling.attn_factor", 1.0)?;
+        if attn_factor != 1.0 && factors != Some(GGUF_ROPE_FACTORS_SHORT) {
+            return Err(self.refuse("rope.scaling.attn_factor", &attn_factor));
+        }
         Ok(RopeParams {
             mode,
             n_rot: n_rot as u32,
