@@ -30,22 +30,19 @@ struct FloatPanel<'a> {
     k: usize,
 }
 
-/// Two-byte values stored per row of a panel for `k` columns.
-fn stored_columns(kind: PackedKind, k: usize) -> usize {
-    match kind {
-        PackedKind::BF16 => k.div_ceil(2) * 2,
-        _ => k,
+/// Two-byte values stored per row of a panel for `k` columns (bf16: whole pairs).
+fn stored_columns(bf16: bool, k: usize) -> usize {
+    if bf16 {
+        k.div_ceil(2) * 2
+    } else {
+        k
     }
 }
 
 impl FloatPanel<'_> {
     /// Two-byte values stored per row.
     fn stored(&self) -> usize {
-        if self.bf16 {
-            self.k.div_ceil(2) * 2
-        } else {
-            self.k
-        }
+        stored_columns(self.bf16, self.k)
     }
 }
 
@@ -125,8 +122,8 @@ pub(super) fn pack(
     k: usize,
     done: &mut dyn FnMut(std::ops::Range<usize>),
 ) -> PackedWeight {
-    let (panels, cols) = (n.div_ceil(PANEL), stored_columns(kind, k));
     let bf16 = kind == PackedKind::BF16;
+    let (panels, cols) = (n.div_ceil(PANEL), stored_columns(bf16, k));
     let mut lines = vec![CacheLine([0; 64]); (panels * cols * PANEL * 2).div_ceil(64)];
     let values: &mut [u16] = bytemuck::cast_slice_mut(&mut lines);
     for (row, src) in bytes.chunks_exact(2 * k).enumerate() {
@@ -153,9 +150,9 @@ pub(super) fn pack(
 /// `out [m, n] = x [m, k] · wᵀ` for a float packed weight with `kernel`, panels in
 /// parallel on the current rayon pool (sizes checked by the caller).
 fn matmul_with(kernel: Kernel, x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
-    let (k, cols) = (w.k, stored_columns(w.kind, w.k));
-    let values: &[u16] = bytemuck::cast_slice(&w.qs);
     let bf16 = w.kind == PackedKind::BF16;
+    let (k, cols) = (w.k, stored_columns(bf16, w.k));
+    let values: &[u16] = bytemuck::cast_slice(&w.qs);
     let panel = |p: usize| FloatPanel {
         bf16,
         w: &values[p * cols * PANEL..(p + 1) * cols * PANEL],
