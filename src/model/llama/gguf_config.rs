@@ -88,16 +88,17 @@ impl LlamaConfig {
             context_length = context_length.min(original);
         }
         let windows = read.windows(n_layers)?;
-        let rope_local = match arch.as_str() {
-            "gemma3" if windows.iter().any(Option::is_some) => Some(RopeParams {
-                freq_base: read.positive("rope.freq_base_swa", GEMMA3_LOCAL_BASE)?,
+        let local_base = read.positive_if_set("rope.freq_base_swa")?;
+        let rope_local = match (arch.as_str(), local_base) {
+            ("gemma3", base) if windows.iter().any(Option::is_some) => Some(RopeParams {
+                freq_base: base.unwrap_or(GEMMA3_LOCAL_BASE),
                 freq_scale: 1.0,
                 inv_freq: None,
                 attn_factor: 1.0,
                 ..rope.clone()
             }),
-            "gemma2" if meta.get(&read.key("rope.freq_base_swa")).is_some() => Some(RopeParams {
-                freq_base: read.positive("rope.freq_base_swa", 0.0)?,
+            ("gemma2", Some(freq_base)) => Some(RopeParams {
+                freq_base,
                 ..rope.clone()
             }),
             _ => None,
@@ -123,10 +124,7 @@ impl LlamaConfig {
             },
             final_softcap: match arch.as_str() {
                 "gemma2" => Some(read.positive("final_logit_softcapping", GEMMA2_FINAL_SOFTCAP)?),
-                "gemma3" => match meta.get(&read.key("final_logit_softcapping")) {
-                    Some(_) => Some(read.positive("final_logit_softcapping", 0.0)?),
-                    None => None,
-                },
+                "gemma3" => read.positive_if_set("final_logit_softcapping")?,
                 _ => None,
             },
             embed_scale: gemma.then(|| (d_model as f64).sqrt() as f32),
@@ -195,17 +193,22 @@ impl Read<'_> {
         self.meta.get_u32(&self.key(name)).map(|v| v as usize)
     }
 
-    /// A positive finite float, or `default` when the key is absent.
-    fn positive(&self, name: &str, default: f32) -> Result<f32, ModelError> {
-        let value = match self.meta.get(&self.key(name)) {
-            None => return Ok(default),
-            Some(_) => self.meta.get_f32(&self.key(name))?,
-        };
+    /// A positive finite float, or `None` when the key is absent.
+    fn positive_if_set(&self, name: &str) -> Result<Option<f32>, ModelError> {
+        if self.meta.get(&self.key(name)).is_none() {
+            return Ok(None);
+        }
+        let value = self.meta.get_f32(&self.key(name))?;
         if value.is_finite() && value > 0.0 {
-            Ok(value)
+            Ok(Some(value))
         } else {
             Err(self.refuse(name, &value))
         }
+    }
+
+    /// [`Self::positive_if_set`], `default` when the key is absent.
+    fn positive(&self, name: &str, default: f32) -> Result<f32, ModelError> {
+        Ok(self.positive_if_set(name)?.unwrap_or(default))
     }
 
     /// The rotary embedding: llama/mistral rotate adjacent pairs (the converter
