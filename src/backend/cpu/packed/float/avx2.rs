@@ -1,6 +1,7 @@
-//! AVX2 float panel kernel: as the AVX-512 f32 FMA one on each half of the panel (8
-//! rows, one 256-bit register), up to four activation rows at a time. Twin of [`super::scalar`],
-//! bit for bit.
+//! AVX2 float panel kernels: the AVX-512 f32 FMA one split over the panel's two halves
+//! (8 rows, one 256-bit register each). Several activation rows take one half at a
+//! time, up to four rows a pass; one row (decode) takes both halves at once, so that
+//! four FMA chains are in flight. Each is a twin of [`super::scalar`], bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -17,6 +18,10 @@ pub(super) fn kernel() -> Option<FloatPanelFn> {
 /// Rows of one half of a panel.
 const HALF: usize = PANEL / 2;
 
+/// Activation rows a pass over one half keeps in registers: eight accumulators (even
+/// and odd columns), beside two weight registers, a broadcast and a mask.
+const ROWS: usize = 4;
+
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     assert!(x.len() >= rows * w.k && out.len() >= rows * PANEL);
@@ -24,19 +29,27 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernel makes.
     unsafe {
+        if rows == 1 {
+            // One row (decode): both halves at once, four FMA chains in flight.
+            match w.bf16 {
+                false => one_row::<false>(w, x, out),
+                true => one_row::<true>(w, x, out),
+            }
+            return;
+        }
         let mut r0 = 0;
         while r0 < rows {
-            let g = 4.min(rows - r0);
+            let g = ROWS.min(rows - r0);
             for h in 0..2 {
                 match (g, w.bf16) {
-                    (1, false) => rows_of::<1, false>(w, x, r0, h, out),
-                    (2, false) => rows_of::<2, false>(w, x, r0, h, out),
-                    (3, false) => rows_of::<3, false>(w, x, r0, h, out),
-                    (4, false) => rows_of::<4, false>(w, x, r0, h, out),
-                    (1, true) => rows_of::<1, true>(w, x, r0, h, out),
-                    (2, true) => rows_of::<2, true>(w, x, r0, h, out),
-                    (3, true) => rows_of::<3, true>(w, x, r0, h, out),
-                    (4, true) => rows_of::<4, true>(w, x, r0, h, out),
+                    (1, false) => half_rows::<1, false>(w, x, r0, h, out),
+                    (2, false) => half_rows::<2, false>(w, x, r0, h, out),
+                    (3, false) => half_rows::<3, false>(w, x, r0, h, out),
+                    (4, false) => half_rows::<4, false>(w, x, r0, h, out),
+                    (1, true) => half_rows::<1, true>(w, x, r0, h, out),
+                    (2, true) => half_rows::<2, true>(w, x, r0, h, out),
+                    (3, true) => half_rows::<3, true>(w, x, r0, h, out),
+                    (4, true) => half_rows::<4, true>(w, x, r0, h, out),
                     _ => {}
                 }
             }
@@ -45,12 +58,70 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     }
 }
 
-/// Activation rows `r0..r0 + G` against half `h` of the panel.
+/// One activation row against the whole panel (decode, bound by reading the weights):
+/// per column, the two halves' weights are converted and the row's broadcast value
+/// goes into both halves' accumulator of that column's parity (even or odd, added at
+/// the end as the twin does), so four independent FMA chains are in flight.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; the slices must be as [`panel`] asserts.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_of<const G: usize, const BF16: bool>(
+unsafe fn one_row<const BF16: bool>(w: FloatPanel<'_>, x: &[f32], out: &mut [f32]) {
+    let (k, wp) = (w.k, w.w.as_ptr());
+    let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+    // Column c of half h: f16 is a 128-bit load at c·PANEL + 8h; bf16 pairs (each row's
+    // two values side by side) are a 256-bit load at (c/2·PANEL + 8h)·2, the even
+    // column its low halves (shifted up), the odd one its high halves (masked).
+    let column = |c: usize, h: usize| {
+        if BF16 {
+            let v = _mm256_loadu_si256(wp.add(((c / 2) * PANEL + HALF * h) * 2).cast());
+            _mm256_castsi256_ps(if c.is_multiple_of(2) {
+                _mm256_slli_epi32::<16>(v)
+            } else {
+                _mm256_and_si256(v, high)
+            })
+        } else {
+            _mm256_cvtph_ps(_mm_loadu_si128(wp.add(c * PANEL + HALF * h).cast()))
+        }
+    };
+    // Even and odd columns of each half.
+    let mut even = [_mm256_setzero_ps(); 2];
+    let mut odd = [_mm256_setzero_ps(); 2];
+    let xp = x.as_ptr();
+    let mut c = 0;
+    while c + 2 <= k {
+        let (v0, v1) = (
+            _mm256_broadcast_ss(&*xp.add(c)),
+            _mm256_broadcast_ss(&*xp.add(c + 1)),
+        );
+        for h in 0..2 {
+            even[h] = _mm256_fmadd_ps(column(c, h), v0, even[h]);
+            odd[h] = _mm256_fmadd_ps(column(c + 1, h), v1, odd[h]);
+        }
+        c += 2;
+    }
+    if c < k {
+        let v0 = _mm256_broadcast_ss(&*xp.add(c));
+        for (h, even) in even.iter_mut().enumerate() {
+            *even = _mm256_fmadd_ps(column(c, h), v0, *even);
+        }
+    }
+    for h in 0..2 {
+        let o = out.as_mut_ptr().add(HALF * h);
+        _mm256_storeu_ps(o, _mm256_add_ps(even[h], odd[h]));
+    }
+}
+
+/// Activation rows `r0..r0 + G` against half `h` of the panel (the passes of two or more
+/// rows): per column pair, the half's 8 rows of both columns converted once, then one
+/// FMA per activation row and column into the row's even or odd accumulator. The loop walks pointers with no
+/// branch inside, so the 2G accumulators, both weight columns and one broadcast stay in
+/// registers (AVX2 has sixteen).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; the slices must be as [`panel`] asserts.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_rows<const G: usize, const BF16: bool>(
     w: FloatPanel<'_>,
     x: &[f32],
     r0: usize,
@@ -58,46 +129,44 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(
     out: &mut [f32],
 ) {
     let k = w.k;
-    let (wp, xp) = (w.w.as_ptr(), x.as_ptr().add(r0 * k));
-    // Columns c and c + 1 (c even) of the half's 8 rows: f16 one column a 128-bit
-    // load; bf16 pairs (each row's two values side by side) split by a shift and a mask.
-    let columns = |c: usize| {
-        if BF16 {
-            let v = _mm256_loadu_si256(wp.add(c * PANEL + 2 * HALF * h).cast());
-            let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+    let xp = x.as_ptr().add(r0 * k);
+    // Column pair p of the half: f16 columns 2p and 2p + 1 are 128-bit loads PANEL
+    // values apart; a bf16 pair is one 256-bit load of the 8 rows' pairs.
+    let half = w.w.as_ptr().add(if BF16 { 2 * HALF * h } else { HALF * h });
+    let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+    let mut even = [_mm256_setzero_ps(); G];
+    let mut odd = [_mm256_setzero_ps(); G];
+    for p in 0..k / 2 {
+        let wp = half.add(2 * p * PANEL);
+        let (w0, w1) = if BF16 {
+            let v = _mm256_loadu_si256(wp.cast());
             (
                 _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v)),
                 _mm256_castsi256_ps(_mm256_and_si256(v, high)),
             )
         } else {
-            let half =
-                |c: usize| _mm256_cvtph_ps(_mm_loadu_si128(wp.add(c * PANEL + HALF * h).cast()));
             (
-                half(c),
-                if c + 1 < k {
-                    half(c + 1)
-                } else {
-                    _mm256_setzero_ps()
-                },
+                _mm256_cvtph_ps(_mm_loadu_si128(wp.cast())),
+                _mm256_cvtph_ps(_mm_loadu_si128(wp.add(PANEL).cast())),
             )
-        }
-    };
-    let mut even = [_mm256_setzero_ps(); G];
-    let mut odd = [_mm256_setzero_ps(); G];
-    let mut c = 0;
-    while c + 2 <= k {
-        let (w0, w1) = columns(c);
+        };
+        let xc = xp.add(2 * p);
         for i in 0..G {
-            let xi = xp.add(i * k + c);
-            even[i] = _mm256_fmadd_ps(w0, _mm256_set1_ps(*xi), even[i]);
-            odd[i] = _mm256_fmadd_ps(w1, _mm256_set1_ps(*xi.add(1)), odd[i]);
+            even[i] = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(&*xc.add(i * k)), even[i]);
+            odd[i] = _mm256_fmadd_ps(w1, _mm256_broadcast_ss(&*xc.add(i * k + 1)), odd[i]);
         }
-        c += 2;
     }
-    if c < k {
-        let (w0, _) = columns(c);
+    if !k.is_multiple_of(2) {
+        // The last column, alone (bf16: the low half of a pair padded with zero).
+        let c = k - 1;
+        let w0 = if BF16 {
+            let v = _mm256_loadu_si256(half.add(c * PANEL).cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v))
+        } else {
+            _mm256_cvtph_ps(_mm_loadu_si128(half.add(c * PANEL).cast()))
+        };
         for (i, even) in even.iter_mut().enumerate() {
-            *even = _mm256_fmadd_ps(w0, _mm256_set1_ps(*xp.add(i * k + c)), *even);
+            *even = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(&*xp.add(i * k + c)), *even);
         }
     }
     for i in 0..G {
