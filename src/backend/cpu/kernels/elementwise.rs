@@ -119,12 +119,13 @@ pub(crate) fn unary(op: Unary, x: &[f32], out: &mut [f32]) -> Result<(), Backend
 #[cfg(target_arch = "x86_64")]
 const SWIGLU_CHUNK: usize = 4096;
 
-/// `out = silu(gate) · up` (AVX-512 with a vectorised `exp` where the CPU has it).
+/// `out = silu(gate) · up` (AVX-512 or AVX2 with a vectorised `exp` where the CPU has
+/// them).
 pub(crate) fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<(), BackendError> {
     check_len("swiglu up", up.len(), gate.len())?;
     check_len("swiglu output", out.len(), gate.len())?;
     #[cfg(target_arch = "x86_64")]
-    if super::vexp::avx512_available() {
+    if super::vexp::avx512_available() || super::vexp::avx2_available() {
         let wide = |((o, g), u): ((&mut [f32], &[f32]), &[f32])| super::vexp::swiglu_wide(g, u, o);
         if gate.len() >= PARALLEL_MIN {
             out.par_chunks_mut(SWIGLU_CHUNK)

@@ -111,8 +111,8 @@ pub(crate) fn attention(
         .par_iter()
         .map_init(
             || Scratch {
-                scores: Vec::new(),
                 row: vec![0.0; dh],
+                ..Scratch::default()
             },
             |scratch, &(s, first, tokens, kv_head)| {
                 let ((rows, kv_len), (keys, values)) = (&spans[s], caches[s]);
@@ -265,11 +265,16 @@ fn widen<const WIDE: bool>(src: &[f16], out: &mut [f32]) {
 }
 
 /// Per-thread buffers of the attention loops.
+#[derive(Default)]
 struct Scratch {
     /// `group · seen` scores, then probabilities.
     scores: Vec<f32>,
     /// One key or value row converted to f32.
     row: Vec<f32>,
+    /// The tiled AVX2 loops' keys of every position seen, as f32.
+    keys: Vec<f32>,
+    /// As `keys`, the values.
+    values: Vec<f32>,
 }
 
 /// Attention of a block of consecutive tokens' query heads that share one kv head.
@@ -299,16 +304,6 @@ struct GroupTask<'a> {
 }
 
 impl GroupTask<'_> {
-    /// The same loops compiled with AVX2 and FMA enabled, so they vectorise 8-wide.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn run_avx2(&self, scratch: &mut Scratch, out: &mut [f32]) {
-        self.run::<true>(scratch, out)
-    }
-
     /// Whether [`GroupTask::run_avx512`] takes this head size (it keeps rows in registers).
     fn fits_registers(&self) -> bool {
         matches!(self.head_dim, 64 | 128)
@@ -375,7 +370,10 @@ impl GroupTask<'_> {
                 }
             }
         }
-        self.normalise::<true>(scores, seen_max);
+        self.normalise(scores, seen_max, |probs| {
+            // SAFETY: this function's caller has AVX-512 F.
+            unsafe { softmax_avx512(probs) }
+        });
         for r0 in (0..rows).step_by(R) {
             let live = |r: usize| r0 + r < rows;
             let mut acc = [[_mm512_setzero_ps(); D]; R];
@@ -404,10 +402,10 @@ impl GroupTask<'_> {
     }
 
     /// Turns each row of raw `scores` (`seen_max` wide) into probabilities over the
-    /// positions its token sees: window, soft-capping, softmax (with AVX-512's
-    /// [`softmax_avx512`] when `WIDEST`, only inside [`Self::run_avx512`]).
+    /// positions its token sees: window, soft-capping, then `softmax` (the portable one,
+    /// or a vectorised one of the same values).
     #[inline(always)]
-    fn normalise<const WIDEST: bool>(&self, scores: &mut [f32], seen_max: usize) {
+    fn normalise(&self, scores: &mut [f32], seen_max: usize, softmax: impl Fn(&mut [f32])) {
         for (r, probs) in scores.chunks_exact_mut(seen_max).enumerate() {
             let seen = self.first_seen + r / self.group;
             // Positions before the window get probability exactly zero.
@@ -418,13 +416,7 @@ impl GroupTask<'_> {
                     .iter_mut()
                     .for_each(|s| *s = cap * (*s / cap).tanh());
             }
-            #[cfg(target_arch = "x86_64")]
-            if WIDEST {
-                // SAFETY: `WIDEST` is set only by `run_avx512`, whose CPU has AVX-512 F.
-                unsafe { softmax_avx512(&mut probs[..seen]) };
-                continue;
-            }
-            softmax_in_place(&mut probs[..seen]);
+            softmax(&mut probs[..seen]);
         }
     }
 
@@ -444,7 +436,7 @@ impl GroupTask<'_> {
         let seen_max = self.first_seen + tokens - 1;
         // Rows of tokens before this one cannot see position `j`: the first row that can.
         let first_row = |j: usize| (j + 1).saturating_sub(self.first_seen) * self.group;
-        let Scratch { scores, row } = scratch;
+        let Scratch { scores, row, .. } = scratch;
         row.resize(dh, 0.0);
         scores.clear();
         scores.resize(rows * seen_max, 0.0);
@@ -454,7 +446,7 @@ impl GroupTask<'_> {
                 scores[r * seen_max + j] = self.scale * dot::<FMA>(self.query(r), key);
             }
         }
-        self.normalise::<false>(scores, seen_max);
+        self.normalise(scores, seen_max, softmax_in_place);
         out.fill(0.0);
         for j in 0..seen_max {
             let value = self.values.get::<FMA>(j, self.kv_off, row);
@@ -562,5 +554,7 @@ fn softmax_in_place(row: &mut [f32]) {
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(test)]
 mod tests;
