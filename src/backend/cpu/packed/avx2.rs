@@ -1,6 +1,8 @@
 //! AVX2 packed kernels for CPUs without `vpdpbusd`: each half of a panel (8 rows) per
-//! block in eight registers, one `vpmaddubsw` per 4-byte group and activation row with
-//! the row's 4 bytes broadcast. 4-bit formats add the eight groups' `i16` pair sums
+//! block, one 4-byte group at a time unpacked into one register and used by every
+//! activation row of the pass (one `vpmaddubsw` each, the row's 4 bytes broadcast), so
+//! that only the rows' running sums stay live beside it (AVX2 has sixteen registers;
+//! all eight groups unpacked at once spilled). 4-bit formats add the eight groups' `i16` pair sums
 //! before one `vpmaddwd` (each pair is at most 2·15·127, eight of them fit in `i16`);
 //! 5-bit ones widen each half of four groups (2·31·127 a pair); Q6_K widens every group,
 //! one sum per 16-weight half; Q8_0 and the IQ4 kinds (signed values) move the weights'
@@ -11,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::code::*;
-use super::{Panel, PanelFn, PANEL};
+use super::{PackedKind, Panel, PanelFn, PANEL};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
@@ -26,9 +28,16 @@ pub(super) fn kernel() -> Option<PanelFn> {
 /// Weight rows of one half of a panel: one 256-bit register of `i32` lanes.
 const HALF: usize = PANEL / 2;
 
-/// Activation rows whose accumulators one pass keeps in registers (with the eight
-/// weight registers, sixteen in all).
-const ROWS: usize = 4;
+/// Activation rows whose sums one pass keeps in registers: four where each row needs
+/// an integer sum and an f32 accumulator, three where the 5-bit kinds and Q6_K need a
+/// second integer sum (of the block's other half).
+fn rows_per_pass(kind: PackedKind) -> usize {
+    if kind.has_fifth_bits() || kind == PackedKind::Q6K {
+        3
+    } else {
+        4
+    }
+}
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
 fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
@@ -39,7 +48,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
     unsafe {
         let mut r0 = 0;
         while r0 < rows {
-            let g = ROWS.min(rows - r0);
+            let g = rows_per_pass(w.kind).min(rows - r0);
             for h in 0..2 {
                 by_kind!(w.kind, by_rows(w, x, sums, r0, g, h, out));
             }
@@ -48,7 +57,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
     }
 }
 
-/// [`rows_of`] for `g` (1 to [`ROWS`]) activation rows from `r0`.
+/// [`rows_of`] for `g` (1 to [`rows_per_pass`]) activation rows from `r0`.
 ///
 /// # Safety
 /// As [`rows_of`].
@@ -98,55 +107,113 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     for b in 0..nb {
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs() + 32 * h);
         let load = |g: usize| _mm256_loadu_si256(qs.add(64 * g).cast());
-        // Nibbles: groups 0..4 are the low nibbles of the four stored groups, 4..8 the
-        // high ones (elements 16 + 4(g − 4)..). Q8_0: the stored `q + 128` back to `q`.
-        let groups: [__m256i; 8] = if K == Q8_0 {
-            std::array::from_fn(|g| _mm256_xor_si256(load(g), flip))
-        } else {
-            let raw: [__m256i; 4] = std::array::from_fn(load);
-            let nibbles: [__m256i; 8] = std::array::from_fn(|g| match g {
-                0..4 => _mm256_and_si256(raw[g], low),
-                _ => _mm256_and_si256(_mm256_srli_epi16::<4>(raw[g - 4]), low),
-            });
+        // Group g of the block's 8 rows as bytes. Nibbles: groups 0..4 are the low
+        // nibbles of the four stored groups, 4..8 the high ones (elements 16 + 4(g − 4)..).
+        // Q8_0: the stored `q + 128` back to `q`.
+        let group = |g: usize| {
+            if K == Q8_0 {
+                return _mm256_xor_si256(load(g), flip);
+            }
+            let raw = load(g % 4);
+            let nibbles = if g < 4 {
+                _mm256_and_si256(raw, low)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low)
+            };
             if K == Q6K {
                 // Group g's top bits sit at bits 2(g % 4) of plane g / 4: moved to bits
                 // 4..6 (16-bit shifts; what crosses a byte is masked off).
-                let planes = [load(4), load(5)];
-                let top = _mm256_set1_epi8(0x30);
-                std::array::from_fn(|g| {
-                    let p = planes[g / 4];
-                    let bits = match g % 4 {
-                        0 => _mm256_slli_epi16::<4>(p),
-                        1 => _mm256_slli_epi16::<2>(p),
-                        2 => p,
-                        _ => _mm256_srli_epi16::<2>(p),
-                    };
-                    _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, top))
-                })
+                let p = load(4 + g / 4);
+                let bits = match g % 4 {
+                    0 => _mm256_slli_epi16::<4>(p),
+                    1 => _mm256_slli_epi16::<2>(p),
+                    2 => p,
+                    _ => _mm256_srli_epi16::<2>(p),
+                };
+                _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)))
             } else if K == Q5K || K == Q5_0 || K == Q5_1 {
                 // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
                 let plane = load(4);
-                let bit = _mm256_set1_epi8(0x10);
-                std::array::from_fn(|g| {
-                    let bits = match g {
-                        0 => _mm256_slli_epi16::<4>(plane),
-                        1 => _mm256_slli_epi16::<3>(plane),
-                        2 => _mm256_slli_epi16::<2>(plane),
-                        3 => _mm256_slli_epi16::<1>(plane),
-                        4 => plane,
-                        5 => _mm256_srli_epi16::<1>(plane),
-                        6 => _mm256_srli_epi16::<2>(plane),
-                        _ => _mm256_srli_epi16::<3>(plane),
-                    };
-                    _mm256_or_si256(nibbles[g], _mm256_and_si256(bits, bit))
-                })
+                let bits = match g {
+                    0 => _mm256_slli_epi16::<4>(plane),
+                    1 => _mm256_slli_epi16::<3>(plane),
+                    2 => _mm256_slli_epi16::<2>(plane),
+                    3 => _mm256_slli_epi16::<1>(plane),
+                    4 => plane,
+                    5 => _mm256_srli_epi16::<1>(plane),
+                    6 => _mm256_srli_epi16::<2>(plane),
+                    _ => _mm256_srli_epi16::<3>(plane),
+                };
+                _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
             } else if K == IQ4NL || K == IQ4XS {
                 // Each nibble looked up in the 16 values (per 128-bit lane).
-                std::array::from_fn(|g| _mm256_shuffle_epi8(iq4, nibbles[g]))
+                _mm256_shuffle_epi8(iq4, nibbles)
             } else {
                 nibbles
             }
         };
+        // Row i's 4 bytes of group g, broadcast.
+        let bcast = |i: usize, g: usize| {
+            let q = (*xp.add(i * nb + b)).qs.as_ptr().cast::<i32>();
+            _mm256_set1_epi32(q.add(g).read_unaligned())
+        };
+        // Each row's integer dot product over the block (exact, so the order of its
+        // sums is free).
+        let mut dot = [_mm256_setzero_si256(); G];
+        if K == Q8_0 || K == IQ4NL || K == IQ4XS {
+            // Signed weights: `vpmaddubsw` of |w| and x with w's sign; a pair can reach
+            // 2·128·127, so each group widens at once.
+            for g in 0..8 {
+                let wq = group(g);
+                let magnitude = _mm256_abs_epi8(wq);
+                for (i, dot) in dot.iter_mut().enumerate() {
+                    let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(bcast(i, g), wq));
+                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        } else if K == Q6K || K == Q5K || K == Q5_0 || K == Q5_1 {
+            // Values up to 63 (31): four groups' pair sums may not fit in `i16`, so each
+            // four-group half widens on its own; Q6_K's halves (16 weights each) then
+            // lose 32·Σx and take their own scale.
+            for half in 0..2 {
+                let mut pairs = [_mm256_setzero_si256(); G];
+                for g in 4 * half..4 * half + 4 {
+                    let wq = group(g);
+                    for (i, pairs) in pairs.iter_mut().enumerate() {
+                        let p = _mm256_maddubs_epi16(wq, bcast(i, g));
+                        *pairs = if K == Q6K {
+                            _mm256_add_epi32(*pairs, _mm256_madd_epi16(p, ones))
+                        } else {
+                            _mm256_add_epi16(*pairs, p)
+                        };
+                    }
+                }
+                for (i, dot) in dot.iter_mut().enumerate() {
+                    let sum = if K == Q6K {
+                        let s = *sp.add((i * nb + b) * 2 + half);
+                        let less = _mm256_sub_epi32(pairs[i], _mm256_set1_epi32(32 * s));
+                        let at = w.sub[half].as_ptr().add(b * PANEL + HALF * h);
+                        let scale = _mm256_cvtepi8_epi32(_mm_loadl_epi64(at.cast()));
+                        _mm256_mullo_epi32(less, scale)
+                    } else {
+                        _mm256_madd_epi16(pairs[i], ones)
+                    };
+                    *dot = _mm256_add_epi32(*dot, sum);
+                }
+            }
+        } else {
+            // Nibbles: eight groups' pair sums (each at most 2·15·127) fit in `i16`.
+            let mut pairs = [_mm256_setzero_si256(); G];
+            for g in 0..8 {
+                let wq = group(g);
+                for (i, pairs) in pairs.iter_mut().enumerate() {
+                    *pairs = _mm256_add_epi16(*pairs, _mm256_maddubs_epi16(wq, bcast(i, g)));
+                }
+            }
+            for (dot, pairs) in dot.iter_mut().zip(&pairs) {
+                *dot = _mm256_madd_epi16(*pairs, ones);
+            }
+        }
         let half = |v: &[u16], at: usize| {
             _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at + HALF * h).cast()))
         };
@@ -176,62 +243,9 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         } else {
             (half(w.d, b * PANEL), _mm256_setzero_ps())
         };
-        // Q6_K: the two halves' i8 scales.
-        let scales = if K == Q6K {
-            w.sub.map(|v| {
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(v.as_ptr().add(b * PANEL + HALF * h).cast()))
-            })
-        } else {
-            [_mm256_setzero_si256(); 2]
-        };
-        for (i, acc) in acc.iter_mut().enumerate() {
+        for (i, (acc, dot)) in acc.iter_mut().zip(dot).enumerate() {
             let xb = &*xp.add(i * nb + b);
-            let q = xb.qs.as_ptr().cast::<i32>();
-            let bcast = |g: usize| _mm256_set1_epi32(q.add(g).read_unaligned());
-            let mut dot = if K == Q8_0 || K == IQ4NL || K == IQ4XS {
-                let group = |g: usize| {
-                    let wq = groups[g];
-                    let pairs =
-                        _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(bcast(g), wq));
-                    _mm256_madd_epi16(pairs, ones)
-                };
-                let (mut even, mut odd) = (group(0), group(1));
-                for g in (2..8).step_by(2) {
-                    even = _mm256_add_epi32(even, group(g));
-                    odd = _mm256_add_epi32(odd, group(g + 1));
-                }
-                _mm256_add_epi32(even, odd)
-            } else if K == Q6K {
-                // Values up to 63: a pair fits in i16, four groups' sums may not, so each
-                // group widens at once; one sum per 16-weight half, less 32·Σx, times its
-                // scale.
-                let group =
-                    |g: usize| _mm256_madd_epi16(_mm256_maddubs_epi16(groups[g], bcast(g)), ones);
-                let mut halves = [group(0), group(4)];
-                for g in 1..4 {
-                    halves[0] = _mm256_add_epi32(halves[0], group(g));
-                    halves[1] = _mm256_add_epi32(halves[1], group(g + 4));
-                }
-                let s = sp.add((i * nb + b) * 2);
-                let [lo, hi] = [0, 1].map(|h| {
-                    let less = _mm256_sub_epi32(halves[h], _mm256_set1_epi32(32 * *s.add(h)));
-                    _mm256_mullo_epi32(less, scales[h])
-                });
-                _mm256_add_epi32(lo, hi)
-            } else {
-                let p: [__m256i; 8] =
-                    std::array::from_fn(|g| _mm256_maddubs_epi16(groups[g], bcast(g)));
-                let lo =
-                    _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
-                let hi =
-                    _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
-                if K == Q5K || K == Q5_0 || K == Q5_1 {
-                    // Values up to 31: four groups' pair sums fit in i16, eight may not.
-                    _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones))
-                } else {
-                    _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones)
-                }
-            };
+            let mut dot = dot;
             if K == Q4_0 || K == Q5_0 {
                 let offset = w.kind.int_offset();
                 dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * *sp.add(i * nb + b)));
