@@ -2,13 +2,13 @@
 //! block, one 4-byte group at a time unpacked into one register and used by every
 //! activation row of the pass (one `vpmaddubsw` each, the row's 4 bytes broadcast), so
 //! that only the rows' running sums stay live beside it (AVX2 has sixteen registers;
-//! all eight groups unpacked at once spilled). 4-bit formats add the eight groups' `i16` pair sums
-//! before one `vpmaddwd` (each pair is at most 2·15·127, eight of them fit in `i16`);
-//! 5-bit ones widen each half of four groups (2·31·127 a pair); Q6_K widens every group,
-//! one sum per 16-weight half; Q8_0 and the IQ4 kinds (signed values) move the weights'
-//! signs onto the activations (`vpsignb`) and widen each group to `i32` at once (a pair
-//! can reach 2·128·127). Twin of [`super::scalar`], bit for bit: the integer dot is
-//! exact and the f32 steps are the scalar ones in the same order.
+//! all eight groups unpacked at once spilled). 4-bit formats add the eight groups'
+//! `i16` pair sums before one `vpmaddwd` (each pair is at most 2·15·127, eight of them
+//! fit in `i16`); 5-bit ones widen each half of four groups (2·31·127 a pair); Q6_K
+//! widens every group, one sum per 16-weight half; Q8_0 and the IQ4 kinds (signed
+//! values) move the weights' signs onto the activations (`vpsignb`) and widen each group
+//! to `i32` at once (a pair can reach 2·128·127). Twin of [`super::scalar`], bit for
+//! bit: the integer dot is exact and the f32 steps are the scalar ones in the same order.
 
 use std::arch::x86_64::*;
 
