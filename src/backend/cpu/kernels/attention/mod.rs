@@ -92,7 +92,7 @@ pub(crate) fn attention(
     }
     let group = p.n_heads / p.n_kv_heads;
     let dh = p.head_dim;
-    let wide = wide_vectors_available();
+    let wide = super::vexp::avx2_available();
     let widest = super::vexp::avx512_available();
     // One task per (block of a sequence's tokens, kv head): every query row of the
     // block's tokens whose head shares that kv head is scored together, so each key and
@@ -135,7 +135,7 @@ pub(crate) fn attention(
                     // SAFETY: `widest_vectors_available` checked for AVX-512 F, F16C and FMA.
                     unsafe { task.run_avx512(scratch, &mut local) }
                 } else if wide {
-                    // SAFETY: `wide_vectors_available` checked that this CPU has AVX2 and FMA.
+                    // SAFETY: `avx2_available` checked that this CPU has AVX2, FMA and F16C.
                     unsafe { task.run_avx2(scratch, &mut local) }
                 } else {
                     task.run::<false>(scratch, &mut local)
@@ -156,23 +156,6 @@ pub(crate) fn attention(
 
 /// Most tokens whose queries one attention task scores together.
 const TOKEN_BLOCK: usize = 16;
-
-/// Whether the AVX2 build of the inner loops can run here (checked once).
-fn wide_vectors_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *AVAILABLE.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
 
 /// One layer's cached keys or values, borrowed in their storage type.
 #[derive(Clone, Copy)]
@@ -235,7 +218,7 @@ impl Rows<'_> {
 }
 
 /// `src` as f32 into `out` (the shorter length): inline, eight at a time with F16C when
-/// `WIDE` (only inside [`GroupTask::run_avx2`], on a CPU [`wide_vectors_available`]
+/// `WIDE` (only inside [`GroupTask::run_avx2`], on a CPU [`super::vexp::avx2_available`]
 /// approved), else one by one. Inline matters: a call per cached row cost 9 % of a
 /// batched decode step.
 #[inline(always)]

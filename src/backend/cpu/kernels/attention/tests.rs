@@ -121,7 +121,7 @@ fn vectorised_and_portable_loops_agree() {
             };
             let mut portable = vec![0.0; tokens * 3 * dh];
             task.run::<false>(&mut scratch(), &mut portable);
-            if wide_vectors_available() {
+            if super::super::vexp::avx2_available() {
                 let mut wide = vec![0.0; portable.len()];
                 // SAFETY: checked just above.
                 unsafe { task.run_avx2(&mut scratch(), &mut wide) };
