@@ -20,6 +20,24 @@ pub(super) fn avx512_available() -> bool {
     }
 }
 
+/// ln 2 split in two, so that `x − n·ln 2` is exact for the `n` of `exp`'s range.
+#[cfg(target_arch = "x86_64")]
+const LN2_HI: f32 = 0.693_145_75;
+/// The rest of ln 2 after [`LN2_HI`].
+#[cfg(target_arch = "x86_64")]
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// Taylor coefficients of `exp(r)`, highest degree first (Horner's order).
+#[cfg(target_arch = "x86_64")]
+const EXP_POLY: [f32; 7] = [
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
 /// `exp(x)`, relative error below 3e-7:
 /// `x = n·ln 2 + r` with `|r| ≤ ln 2 / 2`, a degree-6 polynomial for `exp(r)`, scaled by
 /// `2^n`; anything below −87 (−∞ included: masked attention positions) is exactly 0, anything
@@ -31,8 +49,6 @@ pub(super) fn avx512_available() -> bool {
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
     let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-87.0));
     let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
@@ -40,8 +56,8 @@ pub(super) unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_
     );
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
     let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-    let mut p = _mm512_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
     _mm512_maskz_mov_ps(!tiny, _mm512_scalef_ps(p, n))
@@ -56,8 +72,6 @@ pub(super) unsafe fn exp_avx512(x: std::arch::x86_64::__m512) -> std::arch::x86_
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
     let tiny = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
     // Past 88.7 the exponent field overflows to +∞, as it should.
     let x = _mm256_min_ps(
@@ -70,8 +84,8 @@ pub(super) unsafe fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64
     ));
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
-    let mut p = _mm256_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     // 2^n for n in −126..=128 as two normal factors 2^(n/2) and 2^(n − n/2), each
@@ -225,23 +239,25 @@ mod tests {
         }
     }
 
+    /// `exp` of `width` lanes (`x` in, `e` out) checked over [`arguments`].
+    fn check_lanes(width: usize, exp: impl Fn(&[f32], &mut [f32])) {
+        let mut got = vec![0f32; width];
+        for chunk in arguments().chunks(width) {
+            exp(chunk, &mut got);
+            chunk.iter().zip(&got).for_each(|(&x, &e)| check(x, e));
+        }
+    }
+
     #[test]
     fn exp_matches_f64() {
         if !avx512_available() {
             return;
         }
         use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
-        for chunk in arguments().chunks(16) {
-            let mut got = [0f32; 16];
-            // SAFETY: checked above; 16 lanes in and out.
-            unsafe {
-                _mm512_storeu_ps(
-                    got.as_mut_ptr(),
-                    exp_avx512(_mm512_loadu_ps(chunk.as_ptr())),
-                )
-            };
-            chunk.iter().zip(&got).for_each(|(&x, &e)| check(x, e));
-        }
+        // SAFETY: checked above; 16 lanes in and out.
+        check_lanes(16, |x, e| unsafe {
+            _mm512_storeu_ps(e.as_mut_ptr(), exp_avx512(_mm512_loadu_ps(x.as_ptr())))
+        });
     }
 
     #[test]
@@ -250,13 +266,9 @@ mod tests {
             return;
         }
         use std::arch::x86_64::{_mm256_loadu_ps, _mm256_storeu_ps};
-        for chunk in arguments().chunks(8) {
-            let mut got = [0f32; 8];
-            // SAFETY: checked above; 8 lanes in and out.
-            unsafe {
-                _mm256_storeu_ps(got.as_mut_ptr(), exp_avx2(_mm256_loadu_ps(chunk.as_ptr())))
-            };
-            chunk.iter().zip(&got).for_each(|(&x, &e)| check(x, e));
-        }
+        // SAFETY: checked above; 8 lanes in and out.
+        check_lanes(8, |x, e| unsafe {
+            _mm256_storeu_ps(e.as_mut_ptr(), exp_avx2(_mm256_loadu_ps(x.as_ptr())))
+        });
     }
 }
