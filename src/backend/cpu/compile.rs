@@ -1,12 +1,13 @@
 //! A compiled CPU partition: operands resolved once (partition inputs, earlier slots,
 //! resident weights), slot buffers allocated from the [`BufferPlan`], and a `run`
-//! that executes the nodes in order.
+//! that executes the nodes in order. Consecutive products of one input by packed
+//! weights of one kind (q, k and v; gate and up) run as one parallel region.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::dispatch::run_node;
-use super::packed::{PackCache, PackedWeight};
+use super::packed::{self, PackCache, PackedWeight};
 use super::view::View;
 use crate::backend::{
     AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, PartitionSpec,
@@ -47,6 +48,8 @@ struct Step {
 pub(super) struct CpuPartition {
     inputs: Vec<Operand>,
     steps: Vec<Step>,
+    /// `steps` in order as runs: one step, or sibling products ([`siblings`]).
+    runs: Vec<std::ops::Range<usize>>,
     outputs: Vec<Operand>,
     slots: Vec<AlignedBytes>,
     pool: Arc<rayon::ThreadPool>,
@@ -164,6 +167,7 @@ impl CpuPartition {
         }
         Ok(CpuPartition {
             inputs,
+            runs: sibling_runs(&steps),
             steps,
             outputs,
             slots: slot_bytes
@@ -214,13 +218,19 @@ impl CompiledPartition for CpuPartition {
         self.check_inputs(inputs)?;
         let CpuPartition {
             steps,
+            runs,
             outputs,
             slots,
             pool,
             ..
         } = self;
         pool.install(|| {
-            for step in steps.iter() {
+            for run in runs.iter() {
+                if run.len() > 1 {
+                    run_siblings(&steps[run.clone()], inputs, slots)?;
+                    continue;
+                }
+                let step = &steps[run.start];
                 let mut out = std::mem::take(&mut slots[step.slot]);
                 let result = {
                     let views: Vec<View<'_>> = step
@@ -252,6 +262,82 @@ impl CompiledPartition for CpuPartition {
     fn bytes(&self) -> usize {
         self.slots.iter().map(AlignedBytes::len).sum()
     }
+}
+
+/// The steps as runs: each maximal stretch of consecutive [`siblings`], else one step.
+fn sibling_runs(steps: &[Step]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        match runs.last_mut() {
+            Some(run) if siblings(&steps[run.clone()], step) => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
+/// Whether `next` can join `run` in one [`packed::matmul_many`] call: every one an f32
+/// product of the same f32 input by a packed weight of one kind and width, each
+/// writing its own slot (none the input's).
+fn siblings(run: &[Step], next: &Step) -> bool {
+    fn product(s: &Step) -> Option<(&Operand, &PackedWeight)> {
+        match (&s.node.op, s.operands.as_slice()) {
+            (Op::MatMul, [x, w]) if s.node.dtype == DType::F32 && x.dtype == DType::F32 => {
+                w.packed.as_deref().map(|p| (x, p))
+            }
+            _ => None,
+        }
+    }
+    let (Some(first), Some((x, w))) = (run.first().and_then(product), product(next)) else {
+        return false;
+    };
+    let same_input = match (&first.0.source, &x.source) {
+        (Source::Input(a), Source::Input(b)) => a == b,
+        (Source::Slot(a), Source::Slot(b)) => a == b,
+        _ => false,
+    };
+    let input_slot = match x.source {
+        Source::Slot(s) => Some(s),
+        _ => None,
+    };
+    same_input
+        && first.0.shape == x.shape
+        && first.1.is_sibling_of(w)
+        && run
+            .iter()
+            .all(|s| product(s).is_some() && s.slot != next.slot)
+        && input_slot != Some(next.slot)
+}
+
+/// Runs sibling products ([`siblings`]) as one parallel region.
+fn run_siblings(
+    run: &[Step],
+    inputs: &[&Tensor],
+    slots: &mut [AlignedBytes],
+) -> Result<(), BackendError> {
+    let mut outs: Vec<AlignedBytes> = run
+        .iter()
+        .map(|s| std::mem::take(&mut slots[s.slot]))
+        .collect();
+    let result = (|| {
+        let x = view(&run[0].operands[0], inputs, slots).to_f32()?;
+        let weights: Vec<&PackedWeight> = run
+            .iter()
+            .filter_map(|s| s.operands[1].packed.as_deref())
+            .collect();
+        let k = weights.first().map_or(1, |w| w.cols()).max(1);
+        let mut targets = Vec::with_capacity(run.len());
+        for (s, out) in run.iter().zip(&mut outs) {
+            let target = bytemuck::try_cast_slice_mut(&mut out.as_bytes_mut()[..s.bytes])
+                .map_err(|e| BackendError::Device(format!("slot of {} as f32: {e}", s.id)))?;
+            targets.push(target);
+        }
+        packed::matmul_many(&x, x.len() / k, &weights, &mut targets)
+    })();
+    for (s, out) in run.iter().zip(outs) {
+        slots[s.slot] = out;
+    }
+    result
 }
 
 /// After an embedding lookup in a table mapped from the model file, gives the rows it

@@ -478,6 +478,12 @@ impl PackedWeight {
         })
     }
 
+    /// Whether one [`matmul_many`] call can take `self` beside `other`: the same kind
+    /// and width.
+    pub(crate) fn is_sibling_of(&self, other: &PackedWeight) -> bool {
+        self.kind == other.kind && self.k == other.k
+    }
+
     /// Output rows.
     pub(crate) fn rows(&self) -> usize {
         self.n
@@ -685,90 +691,143 @@ pub(crate) fn matmul(
     w: &PackedWeight,
     out: &mut [f32],
 ) -> Result<(), BackendError> {
-    if w.kind.is_float() {
-        check_sizes(x, m, w, out)?;
-        return float::matmul(x, m, w, out);
+    matmul_many(x, m, &[w], &mut [out])
+}
+
+/// `outs[i] [m, n_i] = x [m, k] · ws[i]ᵀ` for weights of one kind and width (sibling
+/// projections of one input: q, k and v; gate and up) as one parallel region: the
+/// activations are prepared once and the panels of every weight are one pool of tasks,
+/// so siblings cost one fork-join, not one each. Each product is bit for bit what
+/// [`matmul`] gives it alone.
+pub(crate) fn matmul_many(
+    x: &[f32],
+    m: usize,
+    ws: &[&PackedWeight],
+    outs: &mut [&mut [f32]],
+) -> Result<(), BackendError> {
+    let Some(first) = ws.first() else {
+        return Ok(());
+    };
+    if first.kind.is_float() {
+        check_siblings(x, m, ws, outs)?;
+        return float::matmul(x, m, ws, outs);
     }
     let kernel = kernel().ok_or_else(|| {
         BackendError::Device(
             "packed weights need AVX2 or AVX-512 VNNI, which this CPU lacks".into(),
         )
     })?;
-    matmul_with(kernel, x, m, w, out)
+    matmul_with(kernel, x, m, ws, outs)
 }
 
-/// That `x` is `[m, k]` and `out` `[m, n]` for `w`'s `[n, k]`.
-fn check_sizes(x: &[f32], m: usize, w: &PackedWeight, out: &[f32]) -> Result<(), BackendError> {
-    let (n, k) = (w.n, w.k);
-    if x.len() != m * k || out.len() != m * n {
+/// That the weights share one kind and width, and that `x` is `[m, k]` and each
+/// `outs[i]` `[m, n_i]` for `ws[i]`'s `[n_i, k]`.
+fn check_siblings(
+    x: &[f32],
+    m: usize,
+    ws: &[&PackedWeight],
+    outs: &[&mut [f32]],
+) -> Result<(), BackendError> {
+    let Some(first) = ws.first() else {
+        return Ok(());
+    };
+    if ws.len() != outs.len() || ws.iter().any(|w| w.kind != first.kind || w.k != first.k) {
         return Err(BackendError::Input(format!(
-            "packed matmul: x has {} values and out {}, expected {m}×{k} and {m}×{n}",
-            x.len(),
-            out.len()
+            "packed matmul: {} outputs for {} weights, which must share one kind and width",
+            outs.len(),
+            ws.len()
         )));
+    }
+    for (w, out) in ws.iter().zip(outs) {
+        let (n, k) = (w.n, w.k);
+        if x.len() != m * k || out.len() != m * n {
+            return Err(BackendError::Input(format!(
+                "packed matmul: x has {} values and out {}, expected {m}×{k} and {m}×{n}",
+                x.len(),
+                out.len()
+            )));
+        }
     }
     Ok(())
 }
 
-/// [`matmul`] with a given panel kernel for a block-format weight, sizes checked here
-/// (tests run the scalar twin through it).
+/// [`matmul_many`] with a given panel kernel for block-format weights, sizes checked
+/// here (tests run the scalar twin through it).
 fn matmul_with(
     kernel: PanelFn,
     x: &[f32],
     m: usize,
-    w: &PackedWeight,
-    out: &mut [f32],
+    ws: &[&PackedWeight],
+    outs: &mut [&mut [f32]],
 ) -> Result<(), BackendError> {
-    check_sizes(x, m, w, out)?;
-    if m == 0 || w.n == 0 {
+    check_siblings(x, m, ws, outs)?;
+    let Some(first) = ws.first() else {
+        return Ok(());
+    };
+    if m == 0 {
         return Ok(());
     }
-    let acts = Activations::quantize(x, m, w.k, w.kind.sums_per_block())?;
-    for_panels(m, w.n, out, |p, r0, rows, o| {
+    let acts = Activations::quantize(x, m, first.k, first.kind.sums_per_block())?;
+    let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
+    for_panels(m, &rows, outs, |i, p, r0, rows, o| {
         let (xb, sums) = acts.rows(r0..r0 + rows);
-        kernel(w.panel(p), xb, sums, rows, o);
+        kernel(ws[i].panel(p), xb, sums, rows, o);
     });
     Ok(())
 }
 
-/// Runs `panel(p, r0, rows, o)` for every panel `p` of an `n`-row weight and every group
-/// of up to [`ROW_GROUP`] activation rows from `r0`, `o` being that group's
-/// `rows × PANEL` outputs; panels in parallel, then the results gathered into
-/// `out [m, n]`.
+/// Runs `panel(i, p, r0, rows, o)` for every panel `p` of every weight `i` (of `ns[i]`
+/// rows) and every group of up to [`ROW_GROUP`] activation rows from `r0`, `o` being
+/// that group's `rows × PANEL` outputs; all panels of all weights in parallel, then the
+/// results gathered into each `outs[i] [m, ns[i]]`.
 fn for_panels(
     m: usize,
-    n: usize,
-    out: &mut [f32],
-    panel: impl Fn(usize, usize, usize, &mut [f32]) + Sync,
+    ns: &[usize],
+    outs: &mut [&mut [f32]],
+    panel: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync,
 ) {
-    if m == 0 || n == 0 {
+    if m == 0 {
         return;
     }
-    let panels = n.div_ceil(PANEL);
+    let total: usize = ns.iter().map(|n| n.div_ceil(PANEL)).sum();
+    // A few tasks per pool thread, so one slowed by other work is balanced by the rest.
+    let per_task = total.div_ceil(4 * rayon::current_num_threads()).max(1);
     // Output panel-major, `[panel][m][PANEL]`, so tasks own whole chunks; one row of
     // activations with whole panels is already `out`'s layout.
-    let direct = m == 1 && n.is_multiple_of(PANEL);
-    let mut staged = if direct {
-        Vec::new()
-    } else {
-        vec![0.0f32; panels * m * PANEL]
-    };
-    let target: &mut [f32] = if direct { out } else { &mut staged };
-    // A few tasks per pool thread, so one slowed by other work is balanced by the rest.
-    let per_task = panels.div_ceil(4 * rayon::current_num_threads()).max(1);
-    target
-        .par_chunks_mut(per_task * m * PANEL)
-        .enumerate()
-        .for_each(|(t, chunk)| {
-            for (i, o) in chunk.chunks_mut(m * PANEL).enumerate() {
-                let p = t * per_task + i;
-                for r0 in (0..m).step_by(ROW_GROUP) {
-                    let rows = ROW_GROUP.min(m - r0);
-                    panel(p, r0, rows, &mut o[r0 * PANEL..(r0 + rows) * PANEL]);
-                }
+    let direct = |n: usize| m == 1 && n.is_multiple_of(PANEL);
+    let mut staged: Vec<Vec<f32>> = ns
+        .iter()
+        .map(|&n| match direct(n) {
+            true => Vec::new(),
+            false => vec![0.0f32; n.div_ceil(PANEL) * m * PANEL],
+        })
+        .collect();
+    // (weight, first panel, outputs of its panels), no task crossing two weights.
+    let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(total.div_ceil(per_task));
+    for (i, ((&n, out), staged)) in ns.iter().zip(outs.iter_mut()).zip(&mut staged).enumerate() {
+        let target: &mut [f32] = if direct(n) { out } else { staged };
+        for (t, chunk) in target.chunks_mut(per_task * m * PANEL).enumerate() {
+            tasks.push((i, t * per_task, chunk));
+        }
+    }
+    tasks.into_par_iter().for_each(|(i, first, chunk)| {
+        for (j, o) in chunk.chunks_mut(m * PANEL).enumerate() {
+            for r0 in (0..m).step_by(ROW_GROUP) {
+                let rows = ROW_GROUP.min(m - r0);
+                panel(
+                    i,
+                    first + j,
+                    r0,
+                    rows,
+                    &mut o[r0 * PANEL..(r0 + rows) * PANEL],
+                );
             }
-        });
-    if !direct {
+        }
+    });
+    for ((&n, out), staged) in ns.iter().zip(outs.iter_mut()).zip(&staged) {
+        if direct(n) {
+            continue;
+        }
         for (p, panel) in staged.chunks(m * PANEL).enumerate() {
             let cols = PANEL.min(n - p * PANEL);
             for (i, row) in panel.chunks(PANEL).enumerate() {

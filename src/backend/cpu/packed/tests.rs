@@ -69,7 +69,7 @@ fn reference(dtype: DType, w: &[u8], n: usize, k: usize, x: &[f32], m: usize) ->
 
 fn run(kernel: super::PanelFn, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
     let mut out = vec![f32::NAN; m * w.rows()];
-    matmul_with(kernel, x, m, w, &mut out).unwrap();
+    matmul_with(kernel, x, m, &[w], &mut [&mut out]).unwrap();
     out
 }
 
@@ -150,6 +150,38 @@ fn matches_the_scalar_twin(simd: PanelFn, name: &str) {
     }
 }
 
+/// Sibling weights in one call give each product exactly as alone (block and float
+/// kinds, one row and several, a last panel padded).
+#[test]
+fn siblings_in_one_call_match_each_product_alone() {
+    for kind in [PackedKind::Q4_1, PackedKind::Q6K, PackedKind::F16] {
+        let k = cols(kind, 256);
+        let ws: Vec<PackedWeight> = [48, 16, 37]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                PackedWeight::pack(kind, &weights(kind, n, k, 7 + i as u64), n, k).unwrap()
+            })
+            .collect();
+        for m in [1, 3, 9] {
+            let x: Vec<f32> = lcg(3 + m as u64, m * k)
+                .iter()
+                .map(|v| v * 2.0 - 1.0)
+                .collect();
+            let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            let refs: Vec<&PackedWeight> = ws.iter().collect();
+            super::matmul_many(&x, m, &refs, &mut views).unwrap();
+            for (w, got) in ws.iter().zip(&outs) {
+                let mut alone = vec![f32::NAN; m * w.rows()];
+                super::matmul(&x, m, w, &mut alone).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(got), bits(&alone), "{kind:?} m={m} n={}", w.rows());
+            }
+        }
+    }
+}
+
 #[test]
 fn packing_checks_sizes_and_pads_the_last_panel() {
     let raw = weights(PackedKind::Q4_1, 20, 64, 1);
@@ -159,7 +191,16 @@ fn packing_checks_sizes_and_pads_the_last_panel() {
     assert_eq!((w.rows(), w.cols()), (20, 64));
     assert_eq!(w.d.len(), 2 * 2 * PANEL);
     let mut out = vec![0.0; 3];
-    assert!(matmul_with(scalar::panel, &[0.0; 64], 1, &w, &mut out).is_err());
+    assert!(matmul_with(scalar::panel, &[0.0; 64], 1, &[&w], &mut [&mut out]).is_err());
+    let other = PackedWeight::pack(
+        PackedKind::Q4_0,
+        &weights(PackedKind::Q4_0, 16, 64, 2),
+        16,
+        64,
+    );
+    let (mut a, mut b) = (vec![0.0; 20], vec![0.0; 16]);
+    let mixed = super::matmul_many(&[0.0; 64], 1, &[&w, &other.unwrap()], &mut [&mut a, &mut b]);
+    assert!(mixed.is_err(), "weights of two kinds in one call");
 }
 
 #[test]

@@ -147,26 +147,30 @@ pub(super) fn pack(
     }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` for a float packed weight with `kernel`, panels in
-/// parallel on the current rayon pool (sizes checked by the caller).
-fn matmul_with(kernel: Kernel, x: &[f32], m: usize, w: &PackedWeight, out: &mut [f32]) {
-    let bf16 = w.kind == PackedKind::BF16;
-    let (k, cols) = (w.k, stored_columns(bf16, w.k));
-    let values: &[u16] = bytemuck::cast_slice(&w.qs);
-    let panel = |p: usize| FloatPanel {
+/// `outs[i] [m, n_i] = x [m, k] · ws[i]ᵀ` for float packed weights of one kind and
+/// width with `kernel`, all their panels in parallel on the current rayon pool (sizes
+/// checked by the caller).
+fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: &mut [&mut [f32]]) {
+    let Some(first) = ws.first() else {
+        return;
+    };
+    let bf16 = first.kind == PackedKind::BF16;
+    let (k, cols) = (first.k, stored_columns(bf16, first.k));
+    let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
+    let panel = |i: usize, p: usize| FloatPanel {
         bf16,
-        w: &values[p * cols * PANEL..(p + 1) * cols * PANEL],
+        w: &bytemuck::cast_slice(&ws[i].qs)[p * cols * PANEL..(p + 1) * cols * PANEL],
         k,
     };
     match kernel {
-        Kernel::Fma(f) => for_panels(m, w.n, out, |p, r0, rows, o| {
-            f(panel(p), &x[r0 * k..(r0 + rows) * k], rows, o);
+        Kernel::Fma(f) => for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+            f(panel(i, p), &x[r0 * k..(r0 + rows) * k], rows, o);
         }),
         Kernel::Bf16Dot(f) => {
             let pairs = k.div_ceil(2);
             let xb = bf16_pairs(x, m, k);
-            for_panels(m, w.n, out, |p, r0, rows, o| {
-                f(panel(p), &xb[r0 * pairs..(r0 + rows) * pairs], rows, o);
+            for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+                f(panel(i, p), &xb[r0 * pairs..(r0 + rows) * pairs], rows, o);
             });
         }
     }
@@ -186,19 +190,23 @@ fn bf16_pairs(x: &[f32], m: usize, k: usize) -> Vec<u32> {
     out
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` with this CPU's float panel kernel for `w`.
+/// `outs[i] [m, n_i] = x [m, k] · ws[i]ᵀ` with this CPU's float panel kernel for
+/// weights of one kind and width (sizes checked by the caller).
 pub(super) fn matmul(
     x: &[f32],
     m: usize,
-    w: &PackedWeight,
-    out: &mut [f32],
+    ws: &[&PackedWeight],
+    outs: &mut [&mut [f32]],
 ) -> Result<(), BackendError> {
-    let kernel = kernel(w.kind).ok_or_else(|| {
+    let Some(first) = ws.first() else {
+        return Ok(());
+    };
+    let kernel = kernel(first.kind).ok_or_else(|| {
         BackendError::Device(
             "packed f16/bf16 weights need AVX2 and FMA, which this CPU lacks".into(),
         )
     })?;
-    matmul_with(kernel, x, m, w, out);
+    matmul_with(kernel, x, m, ws, outs);
     Ok(())
 }
 

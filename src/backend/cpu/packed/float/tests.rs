@@ -26,7 +26,7 @@ fn weights(kind: PackedKind, n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<f32
 
 fn run(kernel: Kernel, w: &PackedWeight, x: &[f32], m: usize) -> Vec<f32> {
     let mut out = vec![f32::NAN; m * w.rows()];
-    matmul_with(kernel, x, m, w, &mut out);
+    matmul_with(kernel, x, m, &[w], &mut [&mut out]);
     out
 }
 
