@@ -2,9 +2,13 @@
 //! cache positions at a time in eight vertical accumulators, summed across with one
 //! transpose (no horizontal sum per position); the softmax with a vectorised `exp`;
 //! each output row held in eight registers while the positions stream past. Keys and
-//! values are widened to f32 once per task, then read by every query row of it.
+//! values are widened to f32 once per task and read by every query row of it, or, for
+//! a task of one or two rows (decode), converted from the cache as they are used.
 
 use std::arch::x86_64::*;
+use std::sync::Arc;
+
+use half::f16;
 
 use super::{GroupTask, Rows, Scratch};
 use crate::backend::cpu::kernels::vexp::exp_avx2;
@@ -19,37 +23,86 @@ impl GroupTask<'_> {
     /// The CPU must have AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn run_avx2(&self, scratch: &mut Scratch, out: &mut [f32]) {
+        self.run_avx2_direct_to(DIRECT_ROWS, scratch, out)
+    }
+
+    /// [`Self::run_avx2`] reading the cache directly for at most `direct_rows` rows
+    /// (tests compare both ways of reading it).
+    ///
+    /// # Safety
+    /// As [`Self::run_avx2`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn run_avx2_direct_to(
+        &self,
+        direct_rows: usize,
+        scratch: &mut Scratch,
+        out: &mut [f32],
+    ) {
         match self.head_dim {
-            64 => self.tiled::<8>(scratch, out),
-            128 => self.tiled::<16>(scratch, out),
+            64 => self.tiled::<8>(direct_rows, scratch, out),
+            128 => self.tiled::<16>(direct_rows, scratch, out),
             _ => self.run::<true>(scratch, out),
         }
     }
 
-    /// [`Self::run_avx2`] for head size `8·D`.
+    /// [`Self::run_avx2`] for head size `8·D`: with at most `direct_rows` query rows
+    /// (decode) keys and values are read from the cache where they lie, converted as
+    /// they are used; with more, widened to f32 once and read by every row. The
+    /// conversion is exact, so both give the same bits.
     #[inline(always)]
-    unsafe fn tiled<const D: usize>(&self, scratch: &mut Scratch, out: &mut [f32]) {
+    unsafe fn tiled<const D: usize>(
+        &self,
+        direct_rows: usize,
+        scratch: &mut Scratch,
+        out: &mut [f32],
+    ) {
         let dh = 8 * D;
         let rows = out.len() / dh;
-        let tokens = rows / self.group;
-        let seen_max = self.first_seen + tokens - 1;
-        let seen = |r: usize| self.first_seen + r / self.group;
-        let Scratch {
-            scores,
-            keys,
-            values,
-            ..
-        } = scratch;
-        // Keys padded with zeros to whole blocks of eight positions.
-        widen_all(
-            self.keys,
-            self.kv_off,
-            dh,
-            seen_max.next_multiple_of(8),
-            seen_max,
-            keys,
+        let seen_max = self.first_seen + rows / self.group - 1;
+        if rows <= direct_rows {
+            match (self.keys, self.values) {
+                (Rows::F16(k, kw), Rows::F16(v, vw)) => {
+                    let (k, v) = (
+                        Src::cache(k, kw, self.kv_off),
+                        Src::cache(v, vw, self.kv_off),
+                    );
+                    return self.tiled_from::<D, f16, f16>(&k, &v, seen_max, scratch, out);
+                }
+                (Rows::F32(k, kw), Rows::F32(v, vw)) => {
+                    let (k, v) = (
+                        Src::cache(k, kw, self.kv_off),
+                        Src::cache(v, vw, self.kv_off),
+                    );
+                    return self.tiled_from::<D, f32, f32>(&k, &v, seen_max, scratch, out);
+                }
+                _ => {}
+            }
+        }
+        let (mut keys, mut values) = (
+            std::mem::take(&mut scratch.keys),
+            std::mem::take(&mut scratch.values),
         );
-        widen_all(self.values, self.kv_off, dh, seen_max, seen_max, values);
+        widen_all(self.keys, self.kv_off, dh, seen_max, &mut keys);
+        widen_all(self.values, self.kv_off, dh, seen_max, &mut values);
+        let (k, v) = (Src::widened(&keys, dh), Src::widened(&values, dh));
+        self.tiled_from::<D, f32, f32>(&k, &v, seen_max, scratch, out);
+        (scratch.keys, scratch.values) = (keys, values);
+    }
+
+    /// The tiled loops over keys `k` and values `v` of positions `0..seen_max`.
+    #[inline(always)]
+    unsafe fn tiled_from<const D: usize, K: Lanes, V: Lanes>(
+        &self,
+        k: &Src<'_, K>,
+        v: &Src<'_, V>,
+        seen_max: usize,
+        scratch: &mut Scratch,
+        out: &mut [f32],
+    ) {
+        let dh = 8 * D;
+        let rows = out.len() / dh;
+        let seen = |r: usize| self.first_seen + r / self.group;
+        let scores = &mut scratch.scores;
         scores.clear();
         scores.resize(rows * seen_max, 0.0);
         let scale = _mm256_set1_ps(self.scale);
@@ -58,13 +111,15 @@ impl GroupTask<'_> {
             let n = seen(r);
             let row = &mut scores[r * seen_max..][..n];
             for j0 in (0..n).step_by(8) {
-                let k = keys.as_ptr().add(j0 * dh);
+                // Eight positions in one block (blocks hold a multiple of eight), each
+                // `stride` values after the last; those past `seen_max` count as zero.
+                let (base, stride) = (k.at(j0), k.stride);
+                let live = (seen_max - j0).min(8);
                 let mut acc = [_mm256_setzero_ps(); 8];
-                for c in 0..D {
-                    let qc = _mm256_loadu_ps(q.add(8 * c));
-                    for (p, acc) in acc.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k.add(p * dh + 8 * c)), *acc);
-                    }
+                // A constant count for whole groups, so that loop unrolls.
+                match live {
+                    8 => scores8::<D, K>(&mut acc, 8, q, base, stride),
+                    _ => scores8::<D, K>(&mut acc, live, q, base, stride),
                 }
                 let s = _mm256_mul_ps(scale, sum_across(acc));
                 if j0 + 8 <= n {
@@ -86,9 +141,9 @@ impl GroupTask<'_> {
                 let mut acc = [_mm256_setzero_ps(); 8];
                 for (j, &p) in probs.iter().enumerate() {
                     let p = _mm256_set1_ps(p);
-                    let v = values.as_ptr().add(j * dh + 8 * c0);
+                    let at = v.at(j).add(8 * c0);
                     for (c, acc) in acc.iter_mut().enumerate() {
-                        *acc = _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(8 * c)), *acc);
+                        *acc = _mm256_fmadd_ps(p, V::load8(at.add(8 * c)), *acc);
                     }
                 }
                 let dst = out.as_mut_ptr().add(r * dh + 8 * c0);
@@ -100,20 +155,82 @@ impl GroupTask<'_> {
     }
 }
 
-/// `buf` = positions `0..positions` of `rows` (each `dh` values from `off`) as f32,
-/// zeros for the positions from `filled`.
-#[inline(always)]
-fn widen_all(
-    rows: Rows<'_>,
+/// Most query rows a task reads keys and values for straight from the cache, converting
+/// each as it is used; above it, converting every position once into scratch costs
+/// less than converting it once per row.
+const DIRECT_ROWS: usize = 2;
+
+/// Values eight at a time as f32: f32 loaded, f16 converted (exactly).
+trait Lanes: Copy {
+    /// The eight values from `p`.
+    ///
+    /// # Safety
+    /// Eight values from `p` must be readable; the CPU must have AVX and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Lanes for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+}
+
+impl Lanes for f16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+}
+
+/// Where one kv head's row of each position lies: in blocks of `1 << shift` positions,
+/// `stride` values apart within a block, from `off`.
+struct Src<'a, T> {
+    blocks: Vec<&'a [T]>,
+    shift: u32,
+    stride: usize,
     off: usize,
-    dh: usize,
-    positions: usize,
-    filled: usize,
-    buf: &mut Vec<f32>,
-) {
+}
+
+impl<'a, T> Src<'a, T> {
+    /// The cache's blocks of [`KV_BLOCK`] positions, rows `width` values wide.
+    fn cache(blocks: &'a [Arc<Vec<T>>], width: usize, off: usize) -> Src<'a, T> {
+        Src {
+            blocks: blocks.iter().map(|b| b.as_slice()).collect(),
+            shift: KV_BLOCK.trailing_zeros(),
+            stride: width,
+            off,
+        }
+    }
+
+    /// One contiguous buffer of rows `dh` values wide.
+    fn widened(buf: &'a [T], dh: usize) -> Src<'a, T> {
+        Src {
+            blocks: vec![buf],
+            shift: usize::BITS - 1,
+            stride: dh,
+            off: 0,
+        }
+    }
+
+    /// Position `j`'s row.
+    ///
+    /// # Safety
+    /// Position `j` must be stored.
+    #[inline(always)]
+    unsafe fn at(&self, j: usize) -> *const T {
+        let within = j & ((1usize << self.shift) - 1);
+        let block = self.blocks.get_unchecked(j >> self.shift);
+        block.as_ptr().add(within * self.stride + self.off)
+    }
+}
+
+/// `buf` = positions `0..positions` of `rows` (each `dh` values from `off`) as f32.
+#[inline(always)]
+fn widen_all(rows: Rows<'_>, off: usize, dh: usize, positions: usize, buf: &mut Vec<f32>) {
     buf.clear();
     buf.resize(positions * dh, 0.0);
-    for (j, dst) in buf.chunks_exact_mut(dh).take(filled).enumerate() {
+    for (j, dst) in buf.chunks_exact_mut(dh).enumerate() {
         match rows {
             Rows::F32(b, width) => {
                 dst.copy_from_slice(&b[j / KV_BLOCK][(j % KV_BLOCK) * width + off..][..dh])
@@ -121,6 +238,27 @@ fn widen_all(
             Rows::F16(..) => {
                 rows.get::<true>(j, off, dst);
             }
+        }
+    }
+}
+
+/// Adds to `acc[p]` the lane products of query row `q` (`8·D` values) and the key of
+/// position `p` (at `base + p·stride`), for the first `live` of eight positions.
+///
+/// # Safety
+/// `q` and the `live` keys must be readable; the CPU must have AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn scores8<const D: usize, K: Lanes>(
+    acc: &mut [__m256; 8],
+    live: usize,
+    q: *const f32,
+    base: *const K,
+    stride: usize,
+) {
+    for c in 0..D {
+        let qc = _mm256_loadu_ps(q.add(8 * c));
+        for (p, acc) in acc.iter_mut().enumerate().take(live) {
+            *acc = _mm256_fmadd_ps(qc, K::load8(base.add(p * stride + 8 * c)), *acc);
         }
     }
 }

@@ -97,15 +97,34 @@ pub(crate) fn attention(
     // One task per (block of a sequence's tokens, kv head): every query row of the
     // block's tokens whose head shares that kv head is scored together, so each key and
     // value row is loaded (and converted from f16) once for up to `TOKEN_BLOCK · group`
-    // rows. Blocks never span two sequences.
+    // rows. Blocks never span two sequences. Too few such tasks to keep the pool busy
+    // (decode of a sequence or two) are split by query head. Each query row's result
+    // depends on nothing else in its task, so no split changes it.
     let mut tasks = Vec::new();
     for (s, (rows, _)) in spans.iter().enumerate() {
         let block = rows.len().clamp(1, TOKEN_BLOCK);
         for first in rows.clone().step_by(block) {
             for kv_head in 0..p.n_kv_heads {
-                tasks.push((s, first, block.min(rows.end - first), kv_head));
+                tasks.push(Task {
+                    seq: s,
+                    first,
+                    tokens: block.min(rows.end - first),
+                    kv_head,
+                    heads: 0..group,
+                });
             }
         }
+    }
+    if tasks.len() < SPLIT_BELOW_TASKS_PER_THREAD * rayon::current_num_threads() && group > 1 {
+        tasks = tasks
+            .into_iter()
+            .flat_map(|t| {
+                (0..group).map(move |h| Task {
+                    heads: h..h + 1,
+                    ..t.clone()
+                })
+            })
+            .collect();
     }
     let results: Vec<Vec<f32>> = tasks
         .par_iter()
@@ -114,23 +133,23 @@ pub(crate) fn attention(
                 row: vec![0.0; dh],
                 ..Scratch::default()
             },
-            |scratch, &(s, first, tokens, kv_head)| {
-                let ((rows, kv_len), (keys, values)) = (&spans[s], caches[s]);
+            |scratch, t| {
+                let ((rows, kv_len), (keys, values)) = (&spans[t.seq], caches[t.seq]);
                 let task = GroupTask {
-                    queries: &q[first * q_width..(first + tokens) * q_width],
+                    queries: &q[t.first * q_width..(t.first + t.tokens) * q_width],
                     q_width,
-                    head_off: kv_head * group * dh,
-                    group,
+                    head_off: (t.kv_head * group + t.heads.start) * dh,
+                    group: t.heads.len(),
                     keys,
                     values,
-                    kv_off: kv_head * dh,
-                    first_seen: kv_len + (first - rows.start) + 1,
+                    kv_off: t.kv_head * dh,
+                    first_seen: kv_len + (t.first - rows.start) + 1,
                     head_dim: dh,
                     scale: p.scale,
                     window: p.window,
                     softcap: p.softcap,
                 };
-                let mut local = vec![0.0; tokens * group * dh];
+                let mut local = vec![0.0; t.tokens * t.heads.len() * dh];
                 if widest && task.fits_registers() {
                     // SAFETY: `widest_vectors_available` checked for AVX-512 F, F16C and FMA.
                     unsafe { task.run_avx512(scratch, &mut local) }
@@ -145,10 +164,11 @@ pub(crate) fn attention(
         )
         .collect();
     out.fill(0.0);
-    for (&(_, first, _, kv_head), local) in tasks.iter().zip(&results) {
-        for (t, rows) in local.chunks_exact(group * dh).enumerate() {
-            let at = (first + t) * q_width + kv_head * group * dh;
-            out[at..at + group * dh].copy_from_slice(rows);
+    for (t, local) in tasks.iter().zip(&results) {
+        let width = t.heads.len() * dh;
+        for (i, rows) in local.chunks_exact(width).enumerate() {
+            let at = (t.first + i) * q_width + (t.kv_head * group + t.heads.start) * dh;
+            out[at..at + width].copy_from_slice(rows);
         }
     }
     Ok(())
@@ -156,6 +176,20 @@ pub(crate) fn attention(
 
 /// Most tokens whose queries one attention task scores together.
 const TOKEN_BLOCK: usize = 16;
+
+/// Fewer (token block, kv head) tasks than this per pool thread are split by query head.
+const SPLIT_BELOW_TASKS_PER_THREAD: usize = 4;
+
+/// One attention task: a block of one sequence's tokens, the query heads `heads` (of
+/// the group sharing kv head `kv_head`).
+#[derive(Clone)]
+struct Task {
+    seq: usize,
+    first: usize,
+    tokens: usize,
+    kv_head: usize,
+    heads: std::ops::Range<usize>,
+}
 
 /// One layer's cached keys or values, borrowed in their storage type.
 #[derive(Clone, Copy)]

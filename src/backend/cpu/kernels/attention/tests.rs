@@ -126,6 +126,14 @@ fn vectorised_and_portable_loops_agree() {
                 // SAFETY: checked just above.
                 unsafe { task.run_avx2(&mut scratch(), &mut wide) };
                 assert_close(&wide, &portable, 1e-6);
+                // Read straight from the cache or widened first: the same bits.
+                for direct_rows in [0, usize::MAX] {
+                    let mut other = vec![0.0; portable.len()];
+                    // SAFETY: as above.
+                    unsafe { task.run_avx2_direct_to(direct_rows, &mut scratch(), &mut other) };
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&other), bits(&wide), "dh {dh}, {tokens} tokens");
+                }
             }
             if super::super::vexp::avx512_available() {
                 let mut widest = vec![0.0; portable.len()];
