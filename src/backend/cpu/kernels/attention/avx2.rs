@@ -183,21 +183,25 @@ impl Lanes for f16 {
     }
 }
 
-/// Where one kv head's row of each position lies: in blocks of `1 << shift` positions,
-/// `stride` values apart within a block, from `off`.
+/// Where one kv head's row of each position lies, from `off`: in the cache's blocks of
+/// [`KV_BLOCK`] positions or in one contiguous buffer, rows `stride` values apart.
 struct Src<'a, T> {
-    blocks: Vec<&'a [T]>,
-    shift: u32,
+    rows: SrcRows<'a, T>,
     stride: usize,
     off: usize,
 }
 
+/// The storage behind a [`Src`].
+enum SrcRows<'a, T> {
+    Cache(&'a [Arc<Vec<T>>]),
+    Buffer(&'a [T]),
+}
+
 impl<'a, T> Src<'a, T> {
-    /// The cache's blocks of [`KV_BLOCK`] positions, rows `width` values wide.
+    /// The cache's blocks, rows `width` values wide.
     fn cache(blocks: &'a [Arc<Vec<T>>], width: usize, off: usize) -> Src<'a, T> {
         Src {
-            blocks: blocks.iter().map(|b| b.as_slice()).collect(),
-            shift: KV_BLOCK.trailing_zeros(),
+            rows: SrcRows::Cache(blocks),
             stride: width,
             off,
         }
@@ -206,8 +210,7 @@ impl<'a, T> Src<'a, T> {
     /// One contiguous buffer of rows `dh` values wide.
     fn widened(buf: &'a [T], dh: usize) -> Src<'a, T> {
         Src {
-            blocks: vec![buf],
-            shift: usize::BITS - 1,
+            rows: SrcRows::Buffer(buf),
             stride: dh,
             off: 0,
         }
@@ -219,9 +222,11 @@ impl<'a, T> Src<'a, T> {
     /// Position `j` must be stored.
     #[inline(always)]
     unsafe fn at(&self, j: usize) -> *const T {
-        let within = j & ((1usize << self.shift) - 1);
-        let block = self.blocks.get_unchecked(j >> self.shift);
-        block.as_ptr().add(within * self.stride + self.off)
+        let (base, within) = match self.rows {
+            SrcRows::Cache(blocks) => (blocks.get_unchecked(j / KV_BLOCK).as_ptr(), j % KV_BLOCK),
+            SrcRows::Buffer(buf) => (buf.as_ptr(), j),
+        };
+        base.add(within * self.stride + self.off)
     }
 }
 
