@@ -147,6 +147,69 @@ fn vectorised_and_portable_loops_agree() {
     }
 }
 
+/// The AVX2 loops reading keys and values straight from a cache of several blocks (the
+/// last partly filled, the rest of it NaN) give the bits of widening them first: one
+/// and two query rows, f16 and f32 storage, head sizes 64 and 128.
+#[test]
+fn cache_reads_across_blocks_match_widened_ones() {
+    if !super::super::vexp::avx2_available() {
+        println!("skipped: this CPU lacks AVX2");
+        return;
+    }
+    let positions = 2 * KV_BLOCK + 7;
+    for dh in [64, 128] {
+        let blocks = |seed: u64| -> Vec<Arc<Vec<f32>>> {
+            let values = lcg(seed, positions * 2 * dh);
+            values
+                .chunks(KV_BLOCK * 2 * dh)
+                .map(|b| {
+                    let mut b = b.to_vec();
+                    b.resize(KV_BLOCK * 2 * dh, f32::NAN);
+                    Arc::new(b)
+                })
+                .collect()
+        };
+        let (keys32, values32) = (blocks(51), blocks(52));
+        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
+            b.iter()
+                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
+                .collect()
+        };
+        let (keys16, values16) = (half(&keys32), half(&values32));
+        for (k, v) in [
+            (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
+            (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
+        ] {
+            for (tokens, group) in [(1, 1), (1, 2), (2, 1)] {
+                let queries = lcg(50, tokens * group * dh);
+                let task = GroupTask {
+                    queries: &queries,
+                    q_width: group * dh,
+                    head_off: 0,
+                    group,
+                    keys: k,
+                    values: v,
+                    kv_off: dh,
+                    first_seen: positions - tokens + 1,
+                    head_dim: dh,
+                    scale: 0.1,
+                    window: None,
+                    softcap: None,
+                };
+                let run = |direct_rows: usize| {
+                    let mut out = vec![0.0; tokens * group * dh];
+                    // SAFETY: AVX2 checked above.
+                    unsafe {
+                        task.run_avx2_direct_to(direct_rows, &mut Scratch::default(), &mut out)
+                    };
+                    out.iter().map(|f| f.to_bits()).collect::<Vec<_>>()
+                };
+                assert_eq!(run(usize::MAX), run(0), "dh {dh}, {tokens}×{group} rows");
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_softmax_matches_the_portable_one() {
