@@ -303,9 +303,7 @@ fn siblings(run: &[Step], next: &Step) -> bool {
     same_input
         && first.0.shape == x.shape
         && first.1.is_sibling_of(w)
-        && run
-            .iter()
-            .all(|s| product(s).is_some() && s.slot != next.slot)
+        && run.iter().all(|s| s.slot != next.slot)
         && input_slot != Some(next.slot)
 }
 
