@@ -230,3 +230,46 @@ fn packing_releases_the_source_as_it_goes() {
         assert_eq!(ranges, want, "{kind:?}");
     }
 }
+
+/// Weights at their extreme codes against activations that quantize to ±127 everywhere:
+/// where an `i16` pair sum could saturate in a SIMD kernel (the scalar twin sums in
+/// `i32`), the two would differ.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn simd_kernels_do_not_saturate_at_extreme_codes() {
+    let kernels = [super::avx2::kernel(), super::avx512::kernel()];
+    for (kind, _) in KINDS {
+        let (n, k) = (16, cols(kind, 64));
+        let (_, bytes) = kind.source_block();
+        // Scales (and minimums) stay as `weights` set them; every code byte is `fill`.
+        let kept = if kind == PackedKind::Q6K {
+            192..210
+        } else {
+            0..4
+        };
+        for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
+            let mut raw = weights(kind, n, k, 5);
+            for block in raw.chunks_mut(bytes) {
+                for (i, b) in block.iter_mut().enumerate() {
+                    if !kept.contains(&i) {
+                        *b = fill;
+                    }
+                }
+            }
+            let w = PackedWeight::pack(kind, &raw, n, k).unwrap();
+            for sign in [1.0f32, -1.0] {
+                let x = vec![sign; 3 * k];
+                let want = run(scalar::panel, &w, &x, 3);
+                for simd in kernels.iter().flatten() {
+                    let got = run(*simd, &w, &x, 3);
+                    assert!(
+                        got.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{kind:?} fill {fill:#04x} x {sign}: {got:?} vs {want:?}"
+                    );
+                }
+            }
+        }
+    }
+}
