@@ -57,7 +57,7 @@ use crate::graph::DType;
 /// Weight rows per panel: one 512-bit register of `i32` lanes.
 pub(crate) const PANEL: usize = 16;
 
-/// Activation rows whose accumulators a kernel keeps in registers at once.
+/// Activation rows one kernel call takes (the kernel splits them into passes).
 const ROW_GROUP: usize = 8;
 
 /// Source rows packed between two calls of [`PackedWeight::pack_releasing`]'s `done`.
