@@ -796,35 +796,45 @@ fn for_panels(
     let total: usize = ns.iter().map(|n| n.div_ceil(PANEL)).sum();
     // A few tasks per pool thread, so one slowed by other work is balanced by the rest.
     let per_task = total.div_ceil(4 * rayon::current_num_threads()).max(1);
-    // (weight, first panel, its columns of each output row), no task crossing two weights.
-    let mut tasks: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    // Every task's columns of each output row, task-major (`m` slices per task, no task
+    // crossing two weights), and each task's (weight, first panel): one allocation each
+    // per call, not one per task.
+    let mut tasks: Vec<(usize, usize)> = Vec::new();
+    let mut cols: Vec<&mut [f32]> = Vec::new();
     for (i, (&n, out)) in ns.iter().zip(outs.iter_mut()).enumerate() {
         if n == 0 {
             continue;
         }
-        let first_task = tasks.len();
-        for first in (0..n.div_ceil(PANEL)).step_by(per_task) {
-            tasks.push((i, first, Vec::with_capacity(m)));
-        }
-        for row in out.chunks_mut(n).take(m) {
-            for (t, cols) in row.chunks_mut(per_task * PANEL).enumerate() {
-                tasks[first_task + t].2.push(cols);
-            }
+        let span = per_task * PANEL;
+        tasks.extend(
+            (0..n.div_ceil(PANEL))
+                .step_by(per_task)
+                .map(|first| (i, first)),
+        );
+        let mut rows: Vec<_> = out
+            .chunks_mut(n)
+            .take(m)
+            .map(|r| r.chunks_mut(span))
+            .collect();
+        for _ in 0..n.div_ceil(span) {
+            cols.extend(rows.iter_mut().filter_map(Iterator::next));
         }
     }
-    tasks.into_par_iter().for_each(|(i, first, mut cols)| {
-        let mut o = [0.0f32; ROW_GROUP * PANEL];
-        let width = cols.first().map_or(0, |c| c.len());
-        for j in 0..width.div_ceil(PANEL) {
-            for r0 in (0..m).step_by(ROW_GROUP) {
-                let rows = ROW_GROUP.min(m - r0);
-                panel(i, first + j, r0, rows, &mut o[..rows * PANEL]);
-                for (row, o) in cols[r0..r0 + rows].iter_mut().zip(o.chunks(PANEL)) {
-                    let dst = &mut row[j * PANEL..];
-                    let len = dst.len().min(PANEL);
-                    dst[..len].copy_from_slice(&o[..len]);
+    cols.par_chunks_mut(m)
+        .zip(tasks)
+        .for_each(|(cols, (i, first))| {
+            let mut o = [0.0f32; ROW_GROUP * PANEL];
+            let width = cols.first().map_or(0, |c| c.len());
+            for j in 0..width.div_ceil(PANEL) {
+                for r0 in (0..m).step_by(ROW_GROUP) {
+                    let rows = ROW_GROUP.min(m - r0);
+                    panel(i, first + j, r0, rows, &mut o[..rows * PANEL]);
+                    for (row, o) in cols[r0..r0 + rows].iter_mut().zip(o.chunks(PANEL)) {
+                        let dst = &mut row[j * PANEL..];
+                        let len = dst.len().min(PANEL);
+                        dst[..len].copy_from_slice(&o[..len]);
+                    }
                 }
             }
-        }
-    });
+        });
 }
