@@ -189,10 +189,14 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 _mm256_cvtepi8_epi32(_mm_loadl_epi64(at.cast()))
             };
             let (sc0, sc1) = (scales(0), scales(1));
-            let word = _mm256_set1_epi32(0xFFFF);
+            // Lane r of `lo` and `hi` as one `i16` pair per 32-bit lane.
+            let pair = |lo: __m256i, hi: __m256i| {
+                let low = _mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF));
+                _mm256_or_si256(low, _mm256_slli_epi32::<16>(hi))
+            };
             for half in 0..2 {
                 let sc = if half == 0 { sc0 } else { sc1 };
-                let sc = _mm256_or_si256(_mm256_and_si256(sc, word), _mm256_slli_epi32::<16>(sc));
+                let sc = pair(sc, sc);
                 for g in (4 * half..4 * half + 4).step_by(2) {
                     let (w0, w1) = (group(g), group(g + 1));
                     for (i, dot) in dot.iter_mut().enumerate() {
@@ -206,7 +210,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             }
             // Each row's (Σx of half 0, Σx of half 1) as an `i16` pair (|Σx| ≤ 16·127)
             // against the two halves' scales: 32·(sc₀·s₀ + sc₁·s₁) in one `vpmaddwd`.
-            let both = _mm256_or_si256(_mm256_and_si256(sc0, word), _mm256_slli_epi32::<16>(sc1));
+            let both = pair(sc0, sc1);
             for (i, dot) in dot.iter_mut().enumerate() {
                 let s = _mm256_set1_epi64x(sp.add((i * nb + b) * 2).cast::<i64>().read_unaligned());
                 let s = _mm256_packs_epi32(s, s);
