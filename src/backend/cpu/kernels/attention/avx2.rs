@@ -157,8 +157,11 @@ impl GroupTask<'_> {
 
 /// Most query rows a task reads keys and values for straight from the cache, converting
 /// each as it is used; above it, converting every position once into scratch costs
-/// less than converting it once per row.
-const DIRECT_ROWS: usize = 2;
+/// less than converting it once per row. Four covers one decoding token's whole group
+/// of query heads (3 in SmolLM2, 4 in Llama 3.2 1B), the task of batched decode, whose
+/// keys and values stream from memory: writing them to scratch and reading them back
+/// cost more than converting each 3 or 4 times (decision 87).
+const DIRECT_ROWS: usize = 4;
 
 /// Values eight at a time as f32: f32 loaded, f16 converted (exactly).
 trait Lanes: Copy {
