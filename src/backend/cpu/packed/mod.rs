@@ -805,18 +805,17 @@ fn for_panels(
         if n == 0 {
             continue;
         }
+        // This weight's tasks, each `per_task` panels (`span` columns) wide, the last
+        // what is left.
         let span = per_task * PANEL;
-        tasks.extend(
-            (0..n.div_ceil(PANEL))
-                .step_by(per_task)
-                .map(|first| (i, first)),
-        );
+        let count = n.div_ceil(span);
+        tasks.extend((0..count).map(|t| (i, t * per_task)));
         let mut rows: Vec<_> = out
             .chunks_mut(n)
             .take(m)
             .map(|r| r.chunks_mut(span))
             .collect();
-        for _ in 0..n.div_ceil(span) {
+        for _ in 0..count {
             cols.extend(rows.iter_mut().filter_map(Iterator::next));
         }
     }
