@@ -3,7 +3,10 @@
 //! decode) and `gpu:alloc` makes its allocations fail; `generate --backends cpu,gpu
 //! --temperature 0 -n 32 --json` then prints the same tokens as `--backends cpu` and
 //! reports the failover, with the positions whose KV rows were on the GPU recomputed
-//! (counted exactly with `--coexec off`, where every step runs on the GPU plan).
+//! (counted exactly with `--coexec off`, where every step runs on the GPU plan). The
+//! prompt's greedy continuation is far from ties (the CPU's margin is checked), so the
+//! tokens the GPU makes before it fails are the CPU's too: this tests failover, not
+//! how two backends round a near-tie.
 #![cfg(feature = "gpu")]
 
 mod gpu_support;
@@ -12,7 +15,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const PROMPT: &str = "The capital of France is";
+const PROMPT: &str = "1, 2, 3,";
+
+/// The first tokens, made on the GPU before a fault, that must be far from ties.
+const CLEAR_TOKENS: usize = 8;
 
 fn generate(backends: &str, fault: Option<&str>, extra: &[&str]) -> Value {
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
@@ -42,15 +48,24 @@ fn a_lost_or_full_gpu_fails_over_to_the_cpu_with_the_same_tokens() {
     if gpu_support::gpu().is_none() {
         return;
     }
-    let expected = generate("cpu", None, &[])["tokens"].clone();
+    let on_cpu = generate("cpu", None, &["--top-logits", "2"]);
+    let expected = on_cpu["tokens"].clone();
     assert!(expected.as_array().is_some_and(|t| t.len() == 32));
+    for (i, top) in on_cpu["top_logits"].as_array().unwrap()[..CLEAR_TOKENS]
+        .iter()
+        .enumerate()
+    {
+        let margin = top[0]["logit"].as_f64().unwrap() - top[1]["logit"].as_f64().unwrap();
+        assert!(margin >= 1.0, "token {i} is a near-tie (margin {margin})");
+    }
+    let prompt = on_cpu["prompt_tokens"].as_array().unwrap().len();
     // With the plain GPU plan (`--coexec off`) every step is one GPU partition: run 1
-    // is the prefill of the 5-token prompt, run k > 1 the decode after k - 1 tokens,
-    // so 5 + k - 2 positions are on the GPU when it fails, and are recomputed.
+    // is the prefill of the prompt, run k > 1 the decode after k - 1 tokens, so
+    // prompt + k - 2 positions are on the GPU when it fails, and are recomputed.
     let plain = [
         ("gpu:1", "Prefill", 0),
-        ("gpu:3", "Decode", 6),
-        ("gpu:8", "Decode", 11),
+        ("gpu:3", "Decode", prompt + 1),
+        ("gpu:8", "Decode", prompt + 6),
         ("gpu:alloc", "Prefill", 0),
     ];
     for (fault, phase, recomputed) in plain {
@@ -66,7 +81,7 @@ fn a_lost_or_full_gpu_fails_over_to_the_cpu_with_the_same_tokens() {
     // the CPU, and the tokens are the CPU's.
     for (fault, phase, recomputed) in [
         ("gpu:1", "Prefill", 0),
-        ("gpu:2", "Decode", 5),
+        ("gpu:2", "Decode", prompt),
         ("gpu:alloc", "Prefill", 0),
     ] {
         let failovers = check(&generate("cpu,gpu", Some(fault), &[]), &expected, fault);

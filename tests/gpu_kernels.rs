@@ -316,7 +316,7 @@ fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(3);
     for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
-        for (m, k, n) in [(1, 64, 33), (9, 96, 17)] {
+        for (m, k, n) in [(1, 64, 33), (9, 96, 17), (5, 576, 100), (1, 1536, 40)] {
             let x = rng.vec(m * k, 2.0);
             let (bytes, w) = quantized(&mut rng, dtype, n, k);
             let mut weights = Weights::default();

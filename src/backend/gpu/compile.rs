@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use super::attention::{AttentionNode, AttentionSet};
 use super::device::{padded, Gpu, STORAGE};
+use super::kernels;
 use super::kv::GpuKv;
-use super::record::{record_node, record_softmax, Dispatch, Operand};
+use super::record::{quants_bytes, record_node, record_softmax, Dispatch, Operand};
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
 use crate::backend::{
@@ -76,6 +77,16 @@ impl GpuPartition {
             .collect();
         bytes += spec.buffers.slot_bytes().iter().sum::<usize>();
         let step = gpu.uniform("step", &[0; 4]);
+        let mut quants_size = kernels::QUANTIZED_BLOCK_BYTES;
+        for &id in spec.nodes {
+            let node = node_of(id)?;
+            if let (Op::MatMul, [x, w]) = (&node.op, node.inputs.as_slice()) {
+                quants_size =
+                    quants_size.max(quants_bytes(node_of(*w)?.dtype, &node_of(*x)?.shape));
+            }
+        }
+        bytes += quants_size;
+        let quants = gpu.storage("activation quants", quants_size);
         let mut work = Vec::with_capacity(spec.nodes.len());
         let mut attention = Vec::new();
         for &id in spec.nodes {
@@ -156,7 +167,7 @@ impl GpuPartition {
                     Work::Attention(attention.len() - 1)
                 }
                 Op::Softmax => Work::Fixed(record_softmax(&gpu, &ops[0], &out, &step)?),
-                _ => Work::Fixed(record_node(&gpu, id, node, &ops, &out)?),
+                _ => Work::Fixed(record_node(&gpu, id, node, &ops, &out, &quants)?),
             });
             known.insert(id, operand(out, id)?);
         }

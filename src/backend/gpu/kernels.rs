@@ -13,6 +13,15 @@ pub(super) struct Source {
 const MATMUL_HEAD: &str = include_str!("shaders/matmul_head.wgsl");
 const MATMUL_BLOCKS: &str = include_str!("shaders/matmul_blocks.wgsl");
 const MATMUL_DENSE: &str = include_str!("shaders/matmul_dense.wgsl");
+/// Activations quantized per block of 32 for the block-format matmul.
+pub(super) const QUANTIZE_Q8: &str = include_str!("shaders/quantize_q8.wgsl");
+/// Output columns one matmul workgroup computes (64 threads, 8 lanes a column); the
+/// same constant as in `matmul_head.wgsl`.
+pub(super) const MATMUL_COLUMNS: usize = 8;
+/// Rows of x one matmul workgroup computes; `ROWS` in `matmul_head.wgsl`.
+pub(super) const MATMUL_ROWS: usize = 8;
+/// Bytes of one quantized block of 32 activations (three `vec4<u32>`).
+pub(super) const QUANTIZED_BLOCK_BYTES: usize = 48;
 const EMBEDDING: &str = include_str!("shaders/embedding.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
 const BINARY: &str = include_str!("shaders/binary.wgsl");
@@ -41,18 +50,20 @@ fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// Matrix product against a weight of `dtype`, or `None` when there is no kernel.
+/// Matrix product against a weight of `dtype`, or `None` when there is no kernel. A
+/// block-format kernel reads activations quantized by [`QUANTIZE_Q8`], a dense one
+/// reads them as f32.
 pub(super) fn matmul(dtype: DType) -> Option<Source> {
     let (word, reader) = format(dtype)?;
-    let body = if dtype.is_quantized() {
-        MATMUL_BLOCKS
+    let (x, body) = if dtype.is_quantized() {
+        ("vec4<u32>", MATMUL_BLOCKS)
     } else {
-        MATMUL_DENSE
+        ("f32", MATMUL_DENSE)
     };
     Some(Source {
         name: format!("matmul/{dtype}"),
         wgsl: [
-            MATMUL_HEAD.replace("WORD", word),
+            MATMUL_HEAD.replace("WORD", word).replace("XTYPE", x),
             reader.into(),
             body.into(),
         ]

@@ -101,13 +101,16 @@ fn elementwise(
     dispatch(gpu, source, &params, buffers, [gx, gy, 1])
 }
 
-/// The dispatches computing `node` (every op but attention) from `ops` into `out`.
+/// The dispatches computing `node` (every op but attention) from `ops` into `out`;
+/// a block-format matmul first quantizes its activations into `quants` (scratch that
+/// every node of the partition shares, sized by [`quants_bytes`]).
 pub(super) fn record_node(
     gpu: &Gpu,
     id: ValueId,
     node: &Node,
     ops: &[Operand],
     out: &wgpu::Buffer,
+    quants: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>, BackendError> {
     let arg = |i: usize| {
         ops.get(i).ok_or_else(|| {
@@ -130,16 +133,40 @@ pub(super) fn record_node(
             let source = kernels::matmul(w.dtype)
                 .ok_or_else(|| unsupported(format!("no matmul kernel for {}", w.dtype)))?;
             let m = x.shape.numel() / k.max(1);
-            let (gx, gy) = fold(gpu, word("matmul columns", n)?);
+            let (gx, gy) = fold(
+                gpu,
+                word("matmul column groups", n.div_ceil(kernels::MATMUL_COLUMNS))?,
+            );
             let params = [word("rows", m)?, word("columns", n)?, word("k", k)?, gx];
-            let groups = [gx, gy, word("row blocks", m.div_ceil(8))?];
-            vec![dispatch(
+            let groups = [
+                gx,
+                gy,
+                word("row blocks", m.div_ceil(kernels::MATMUL_ROWS))?,
+            ];
+            let mut dispatches = Vec::with_capacity(2);
+            let mut input = &x.buffer;
+            if w.dtype.is_quantized() {
+                let source = Source {
+                    name: "quantize_q8".into(),
+                    wgsl: kernels::QUANTIZE_Q8.into(),
+                };
+                dispatches.push(elementwise(
+                    gpu,
+                    &source,
+                    m * (k / 32),
+                    &[],
+                    &[&x.buffer, quants],
+                )?);
+                input = quants;
+            }
+            dispatches.push(dispatch(
                 gpu,
                 &source,
                 &params,
-                &[&x.buffer, &w.buffer, out],
+                &[input, &w.buffer, out],
                 groups,
-            )?]
+            )?);
+            dispatches
         }
         Op::Embedding => {
             let (table, ids) = (arg(0)?, arg(1)?);
@@ -252,6 +279,16 @@ pub(super) fn record_node(
             )))
         }
     })
+}
+
+/// Bytes of quantized activations a matmul of `x` against a weight of `dtype` needs;
+/// zero for dense weights.
+pub(super) fn quants_bytes(dtype: DType, x: &Shape) -> usize {
+    if dtype.is_quantized() {
+        x.numel() / 32 * kernels::QUANTIZED_BLOCK_BYTES
+    } else {
+        0
+    }
 }
 
 /// Softmax over the last axis of `x` into `out`: a copy, then the in-place row kernel.

@@ -1,6 +1,7 @@
 // Q4_0 repacked at upload: per block of 32, the scale as f32 then 16 bytes of
 // nibbles (byte i: element i low, element i + 16 high); value = d * (q - 8).
-// block_quants gives the nibbles and (d, -8d): a block dots as d·dx·Σq·qx − 8d·sx.
+// block_load gives the nibbles as packed bytes and (d, -8d): a block dots as
+// d·dx·Σq·qx − 8d·sx.
 const BLOCK_WORDS: u32 = 5u;
 
 fn weight_at(row: u32, col: u32, k: u32) -> f32 {
@@ -11,16 +12,11 @@ fn weight_at(row: u32, col: u32, k: u32) -> f32 {
     return bitcast<f32>(w[base]) * (f32(q) - 8.0);
 }
 
-fn block_quants(row: u32, blk: u32, k: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {
-    let base = (row * (k / 32u) + blk) * BLOCK_WORDS;
-    for (var i = 0u; i < 4u; i++) {
-        let word = w[base + 1u + i];
-        for (var j = 0u; j < 4u; j++) {
-            let byte = (word >> (j * 8u)) & 0xffu;
-            (*q)[i * 4u + j] = i32(byte & 0xfu);
-            (*q)[i * 4u + j + 16u] = i32(byte >> 4u);
-        }
-    }
+fn block_load(row: u32, blk: u32, blocks: u32, lo: ptr<function, vec4<u32>>, hi: ptr<function, vec4<u32>>) -> vec2<f32> {
+    let base = (row * blocks + blk) * BLOCK_WORDS;
+    let q = vec4<u32>(w[base + 1u], w[base + 2u], w[base + 3u], w[base + 4u]);
+    *lo = q & vec4<u32>(0x0f0f0f0fu);
+    *hi = (q >> vec4<u32>(4u)) & vec4<u32>(0x0f0f0f0fu);
     let d = bitcast<f32>(w[base]);
     return vec2<f32>(d, -8.0 * d);
 }

@@ -1,6 +1,6 @@
 // Q8_0 repacked at upload: per block of 32, the scale as f32 then 32 signed bytes;
 // value = d * q.
-// block_quants gives the signed bytes and (d, 0): a block dots as d·dx·Σq·qx.
+// block_load gives the signed bytes and (d, 0): a block dots as d·dx·Σq·qx.
 const BLOCK_WORDS: u32 = 9u;
 
 fn weight_at(row: u32, col: u32, k: u32) -> f32 {
@@ -10,13 +10,9 @@ fn weight_at(row: u32, col: u32, k: u32) -> f32 {
     return bitcast<f32>(w[base]) * f32(q);
 }
 
-fn block_quants(row: u32, blk: u32, k: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {
-    let base = (row * (k / 32u) + blk) * BLOCK_WORDS;
-    for (var i = 0u; i < 8u; i++) {
-        let word = bitcast<i32>(w[base + 1u + i]);
-        for (var j = 0u; j < 4u; j++) {
-            (*q)[i * 4u + j] = extractBits(word, j * 8u, 8u);
-        }
-    }
+fn block_load(row: u32, blk: u32, blocks: u32, lo: ptr<function, vec4<u32>>, hi: ptr<function, vec4<u32>>) -> vec2<f32> {
+    let base = (row * blocks + blk) * BLOCK_WORDS;
+    *lo = vec4<u32>(w[base + 1u], w[base + 2u], w[base + 3u], w[base + 4u]);
+    *hi = vec4<u32>(w[base + 5u], w[base + 6u], w[base + 7u], w[base + 8u]);
     return vec2<f32>(bitcast<f32>(w[base]), 0.0);
 }

@@ -1,30 +1,27 @@
-// Block formats, computed as the CPU backend (and llama.cpp) compute them: each 32
-// activations are quantized to 8 bits (d = max|x| / 127, q = round(x / d), ties to
-// even; s = d·Σq), then a block contributes d_w·d_x·Σ q_w·q_x (exact integer dot)
-// plus the format's correction c_w·s_x. Matching the CPU's rounding keeps greedy
-// decoding on the GPU on the same tokens as on the CPU.
-fn accumulate(col: u32, row0: u32, t: u32, acc: ptr<function, array<f32, 8>>) {
+// Block formats, computed as the CPU backend (and llama.cpp) compute them: the
+// activations arrive quantized by quantize_q8.wgsl (per 32: 8-bit values q_x, scale
+// dx, Σq_x), and a block contributes d_w·dx·Σ q_w·q_x (an exact integer dot of packed
+// bytes) plus the format's correction c_w·(dx·Σq_x). Matching the CPU's rounding keeps
+// greedy decoding on the GPU on the same tokens as on the CPU.
+fn accumulate(col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, 8>>) {
     let blocks = p.k / 32u;
     let rows = min(ROWS, p.m - row0);
-    var wq: array<i32, 32>;
-    for (var b = t; b < blocks; b += 64u) {
-        let scales = block_quants(col, b, p.k, &wq);
+    for (var b = lane; b < blocks; b += LANES) {
+        var wlo: vec4<u32>;
+        var whi: vec4<u32>;
+        let scales = block_load(col, b, blocks, &wlo, &whi);
         for (var r = 0u; r < rows; r++) {
-            let xb = (row0 + r) * p.k + b * 32u;
-            var amax = 0.0;
-            for (var e = 0u; e < 32u; e++) {
-                amax = max(amax, abs(x[xb + e]));
-            }
-            let dx = amax / 127.0;
-            let inv = select(0.0, 127.0 / amax, amax != 0.0);
-            var dot = 0;
-            var sum = 0;
-            for (var e = 0u; e < 32u; e++) {
-                let qx = i32(round(x[xb + e] * inv));
-                dot += wq[e] * qx;
-                sum += qx;
-            }
-            (*acc)[r] += scales.x * dx * f32(dot) + scales.y * (dx * f32(sum));
+            let xb = ((row0 + r) * blocks + b) * 3u;
+            let lo = x[xb];
+            let hi = x[xb + 1u];
+            let dot = dot4I8Packed(wlo.x, lo.x) + dot4I8Packed(wlo.y, lo.y)
+                + dot4I8Packed(wlo.z, lo.z) + dot4I8Packed(wlo.w, lo.w)
+                + dot4I8Packed(whi.x, hi.x) + dot4I8Packed(whi.y, hi.y)
+                + dot4I8Packed(whi.z, hi.z) + dot4I8Packed(whi.w, hi.w);
+            let scale = x[xb + 2u];
+            let dx = bitcast<f32>(scale.x);
+            let sum = f32(bitcast<i32>(scale.y));
+            (*acc)[r] += scales.x * dx * f32(dot) + scales.y * (dx * sum);
         }
     }
 }

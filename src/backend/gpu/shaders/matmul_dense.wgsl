@@ -1,7 +1,7 @@
-// Dense formats (f32, f16): threads stride over k one element at a time, any k.
-fn accumulate(col: u32, row0: u32, t: u32, acc: ptr<function, array<f32, 8>>) {
+// Dense formats (f32, f16): a column's lanes stride over k one element at a time, any k.
+fn accumulate(col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, 8>>) {
     let rows = min(ROWS, p.m - row0);
-    for (var e = t; e < p.k; e += 64u) {
+    for (var e = lane; e < p.k; e += LANES) {
         let wv = weight_at(col, e, p.k);
         for (var r = 0u; r < rows; r++) {
             (*acc)[r] += wv * x[(row0 + r) * p.k + e];
