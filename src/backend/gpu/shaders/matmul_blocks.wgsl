@@ -1,8 +1,9 @@
 // Block formats, computed as the CPU backend (and llama.cpp) compute them: the
 // activations arrive quantized by quantize_q8.wgsl (per 32: 8-bit values q_x, scale
 // dx, Σq_x), and a block contributes d_w·dx·Σ q_w·q_x (an exact integer dot of packed
-// bytes) plus the format's correction c_w·(dx·Σq_x). Matching the CPU's rounding keeps
-// greedy decoding on the GPU on the same tokens as on the CPU.
+// bytes) plus the format's correction c_w·(dx·Σq_x). The same per-block arithmetic as
+// the CPU's, summed in another order, keeps the GPU within quantization noise of the CPU
+// and llama.cpp (decision 27), not on the CPU's exact bits.
 fn accumulate(col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, 8>>) {
     let blocks = p.k / 32u;
     let rows = min(ROWS, p.m - row0);
