@@ -2,11 +2,12 @@
 //! one register (`vcvtph2ps`; bf16 pairs split by a shift and a mask, exactly), then one
 //! FMA per activation row into that row's even- or odd-column accumulator, twin of
 //! [`super::scalar`] bit for bit. With AVX-512 BF16: one `vdpbf16ps` per pair of columns
-//! and activation row, into even- or odd-pair accumulators.
+//! and activation row, into even- or odd-pair accumulators, on activations rounded to
+//! bf16 sixteen at a time.
 
 use std::arch::x86_64::*;
 
-use super::{Bf16DotFn, FloatPanel, FloatPanelFn, PANEL};
+use super::{Bf16DotFn, Bf16RoundFn, FloatPanel, FloatPanelFn, PANEL};
 
 /// The f32 FMA kernel when this CPU has AVX-512 F (with F16C and FMA).
 pub(super) fn kernel() -> Option<FloatPanelFn> {
@@ -20,6 +21,48 @@ pub(super) fn kernel() -> Option<FloatPanelFn> {
 pub(super) fn bf16_dot_kernel() -> Option<Bf16DotFn> {
     let ok = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16");
     ok.then_some(bf16_panel as Bf16DotFn)
+}
+
+/// `round(x, out)`: as many leading values of `x` as fill whole registers of sixteen
+/// rounded to bf16 bits into `out` (returned: how many), when this CPU has AVX-512 F.
+pub(super) fn round_to_bf16_kernel() -> Option<Bf16RoundFn> {
+    is_x86_feature_detected!("avx512f").then_some(round_to_bf16 as Bf16RoundFn)
+}
+
+/// Safe entry point: only handed out by [`round_to_bf16_kernel`] after the feature was
+/// detected.
+fn round_to_bf16(x: &[f32], out: &mut [u16]) -> usize {
+    let whole = x.len().min(out.len()) / 16 * 16;
+    // SAFETY: `round_to_bf16_kernel` checked the CPU feature; `whole` bounds every read
+    // and write.
+    unsafe { round_to_bf16_avx512(&x[..whole], &mut out[..whole]) };
+    whole
+}
+
+/// Sixteen values at a time, the rounding of [`half::bf16::from_f32`] in integers: add
+/// 0x7FFF plus the kept part's lowest bit, keep the high half; NaN keeps its high half
+/// with the quiet bit set.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `x.len()` must be a multiple of 16, at most `out.len()`.
+#[target_feature(enable = "avx512f")]
+unsafe fn round_to_bf16_avx512(x: &[f32], out: &mut [u16]) {
+    let (bias, one, quiet) = (
+        _mm512_set1_epi32(0x7FFF),
+        _mm512_set1_epi32(1),
+        _mm512_set1_epi32(0x40),
+    );
+    let abs = _mm512_set1_epi32(0x7FFF_FFFF);
+    let inf = _mm512_set1_epi32(0x7F80_0000);
+    for i in (0..x.len()).step_by(16) {
+        let v = _mm512_loadu_si512(x.as_ptr().add(i).cast());
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(v), one);
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(v, _mm512_add_epi32(bias, lsb)));
+        let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs), inf);
+        let nan_bits = _mm512_or_si512(_mm512_srli_epi32::<16>(v), quiet);
+        let bits = _mm512_mask_blend_epi32(nan, rounded, nan_bits);
+        _mm256_storeu_si256(out.as_mut_ptr().add(i).cast(), _mm512_cvtepi32_epi16(bits));
+    }
 }
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.

@@ -139,3 +139,39 @@ fn bf16_pair_kernel_matches_an_f64_product_of_rounded_activations() {
         }
     }
 }
+
+/// The activations' rounding to bf16, sixteen at a time, gives `half`'s bits for
+/// every kind of value: ties both ways, denormals, the largest finite values (which
+/// round to infinity), infinities and NaNs.
+#[test]
+fn activations_round_to_bf16_as_half_does() {
+    let mut x: Vec<f32> = lcg(77, 1000).iter().map(|v| (v - 0.5) * 1e3).collect();
+    let special = [
+        f32::from_bits(0x3F80_8000), // a tie, kept part even: stays
+        f32::from_bits(0x3F81_8000), // a tie, kept part odd: rounds up
+        f32::from_bits(0x3F80_8001),
+        f32::from_bits(0x0000_8001), // denormal
+        f32::from_bits(0x807F_FFFF),
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::from_bits(0xFF80_0001), // a signalling NaN
+        -0.0,
+    ];
+    x.extend_from_slice(&special);
+    x.extend_from_slice(&special);
+    for len in [0, 5, 16, 31, x.len()] {
+        let mut out = vec![0u16; len];
+        super::round_to_bf16(&x[..len], &mut out);
+        for (i, (&o, &v)) in out.iter().zip(&x[..len]).enumerate() {
+            assert_eq!(
+                o,
+                bf16::from_f32(v).to_bits(),
+                "value {i}: {v:e} ({:#x})",
+                v.to_bits()
+            );
+        }
+    }
+}
