@@ -187,24 +187,38 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
 fn bf16_pairs(x: &[f32], m: usize, k: usize) -> Vec<u32> {
     let pairs = k.div_ceil(2);
     let mut out = vec![0u32; m * pairs];
-    let mut bits = vec![0u16; 2 * pairs];
+    let round = round_to_bf16_kernel();
     for (row, dst) in x.chunks_exact(k).zip(out.chunks_exact_mut(pairs)) {
-        round_to_bf16(row, &mut bits[..k]);
-        for (d, p) in dst.iter_mut().zip(bits.chunks(2)) {
-            *d = p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16;
+        // Each word's two halves, rounded in place; an odd row's last half stays zero.
+        round_to_bf16(
+            round,
+            row,
+            &mut bytemuck::cast_slice_mut::<u32, u16>(dst)[..k],
+        );
+        if cfg!(target_endian = "big") {
+            dst.iter_mut().for_each(|d| *d = d.rotate_left(16));
         }
     }
     out
 }
 
-/// `out[i]` = the bits of `x[i]` rounded to bf16, to nearest, ties to even (NaN stays
-/// NaN); `x` and `out` of one length.
-fn round_to_bf16(x: &[f32], out: &mut [u16]) {
-    let mut done = 0;
+/// This CPU's kernel for [`round_to_bf16`], if it has one.
+fn round_to_bf16_kernel() -> Option<Bf16RoundFn> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(round16) = avx512::round_to_bf16_kernel() {
-        done = round16(x, out);
+    {
+        avx512::round_to_bf16_kernel()
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// `out[i]` = the bits of `x[i]` rounded to bf16, to nearest, ties to even (NaN stays
+/// NaN); `x` and `out` of one length. `kernel` takes what fills its registers, the rest
+/// goes one by one.
+fn round_to_bf16(kernel: Option<Bf16RoundFn>, x: &[f32], out: &mut [u16]) {
+    let done = kernel.map_or(0, |round| round(x, out));
     for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
         *o = half::bf16::from_f32(v).to_bits();
     }

@@ -142,7 +142,8 @@ fn bf16_pair_kernel_matches_an_f64_product_of_rounded_activations() {
 
 /// The activations' rounding to bf16, sixteen at a time, gives `half`'s bits for
 /// every kind of value: ties both ways, denormals, the largest finite values (which
-/// round to infinity), infinities and NaNs.
+/// round to infinity), infinities and NaNs; and the pairs a row becomes hold the even
+/// column in the low half, an odd row's last word padded with zero.
 #[test]
 fn activations_round_to_bf16_as_half_does() {
     let mut x: Vec<f32> = lcg(77, 1000).iter().map(|v| (v - 0.5) * 1e3).collect();
@@ -162,16 +163,32 @@ fn activations_round_to_bf16_as_half_does() {
     ];
     x.extend_from_slice(&special);
     x.extend_from_slice(&special);
+    let half_bits = |v: f32| bf16::from_f32(v).to_bits();
+    // Two rows of 37 columns (an odd count) as bf16 pairs.
+    let k = 37;
+    let pairs = super::bf16_pairs(&x[..2 * k], 2, k);
+    assert_eq!(pairs.len(), 2 * k.div_ceil(2));
+    for (r, row) in pairs.chunks(k.div_ceil(2)).enumerate() {
+        for (c, &w) in row.iter().enumerate() {
+            let odd = x.get(r * k + 2 * c + 1).filter(|_| 2 * c + 1 < k);
+            assert_eq!(w as u16, half_bits(x[r * k + 2 * c]), "row {r} pair {c}");
+            assert_eq!(
+                (w >> 16) as u16,
+                odd.map_or(0, |&v| half_bits(v)),
+                "row {r} pair {c}"
+            );
+        }
+    }
+    let Some(kernel) = super::round_to_bf16_kernel() else {
+        eprintln!("skipped: this CPU has no vectorised bf16 rounding (AVX-512 F)");
+        return;
+    };
     for len in [0, 5, 16, 31, x.len()] {
         let mut out = vec![0u16; len];
-        super::round_to_bf16(&x[..len], &mut out);
-        for (i, (&o, &v)) in out.iter().zip(&x[..len]).enumerate() {
-            assert_eq!(
-                o,
-                bf16::from_f32(v).to_bits(),
-                "value {i}: {v:e} ({:#x})",
-                v.to_bits()
-            );
+        let done = kernel(&x[..len], &mut out);
+        assert_eq!(done, len / 16 * 16);
+        for (i, (&o, &v)) in out[..done].iter().zip(&x[..len]).enumerate() {
+            assert_eq!(o, half_bits(v), "value {i}: {v:e} ({:#x})", v.to_bits());
         }
     }
 }
