@@ -1,9 +1,10 @@
-//! The default model re-quantized by llama.cpp's own quantizer (F32, F16, Q8_0, Q6_K,
-//! Q5_K_M, Q4_K_M, Q4_0: the files `scripts/make-bench-model.sh --sizes 135m` makes,
+//! The default model re-quantized by llama.cpp's own quantizer (F32, F16, BF16, Q8_0,
+//! Q6_K, Q5_K_M, Q4_K_M, Q4_0, IQ4_XS: the files `scripts/make-bench-model.sh --sizes 135m` makes,
 //! byte-identical to the ones the references were taken on) against llama.cpp's outputs
 //! (`tests/data/reference/smollm2-135m-variants.*.json`), with the reference README's
-//! bounds: the Q4_1 tolerances for F32, F16 and Q8_0, the provisional K-quant bounds for
-//! Q6_K, Q5_K_M, Q4_K_M and Q4_0.
+//! bounds: the Q4_1 tolerances for F32, F16, BF16 and Q8_0, the provisional K-quant bounds
+//! for Q6_K, Q5_K_M, Q4_K_M, Q4_0 and IQ4_XS (the BF16 and IQ4_XS references were made by
+//! this project: `tests/data/reference/README.md`).
 //!
 //! The files are ~1 GB in all and need llama.cpp's tools to make, so the test looks for
 //! them in `$SWITCHYARD_VARIANTS_DIR` (default `$SWITCHYARD_HOME/bench-models`) and says
@@ -51,11 +52,13 @@ const K_QUANT_BOUNDS: Bounds = Bounds {
 const VARIANTS: &[(&str, &str, Bounds)] = &[
     ("f32", "F32", Q4_1_BOUNDS),
     ("f16", "F16", Q4_1_BOUNDS),
+    ("bf16", "BF16", Q4_1_BOUNDS),
     ("q8_0", "Q8_0", Q4_1_BOUNDS),
     ("q6_k", "Q6_K", K_QUANT_BOUNDS),
     ("q5_k_m", "Q5_K_M", K_QUANT_BOUNDS),
     ("q4_k_m", "Q4_K_M", K_QUANT_BOUNDS),
     ("q4_0", "Q4_0", K_QUANT_BOUNDS),
+    ("iq4_xs", "IQ4_XS", K_QUANT_BOUNDS),
 ];
 
 fn variants_dir() -> PathBuf {
