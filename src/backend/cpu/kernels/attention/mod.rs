@@ -97,9 +97,9 @@ pub(crate) fn attention(
     // One task per (block of a sequence's tokens, kv head): every query row of the
     // block's tokens whose head shares that kv head is scored together, so each key and
     // value row is loaded (and converted from f16) once for up to `TOKEN_BLOCK · group`
-    // rows. Blocks never span two sequences. Fewer such tasks than pool threads (one
-    // kv head) are split by query head. Each query row's result depends on nothing
-    // else in its task, so no split changes it.
+    // rows. Blocks never span two sequences. Too few such tasks for the pool are split
+    // by query head (how few depends on the loops that run them). Each query row's
+    // result depends on nothing else in its task, so no split changes it.
     let mut tasks = Vec::new();
     for (s, (rows, _)) in spans.iter().enumerate() {
         let block = rows.len().clamp(1, TOKEN_BLOCK);
@@ -115,7 +115,12 @@ pub(crate) fn attention(
             }
         }
     }
-    if tasks.len() < SPLIT_BELOW_TASKS_PER_THREAD * rayon::current_num_threads() && group > 1 {
+    let split_below = if widest && fits_registers(dh) {
+        REGISTER_SPLIT_BELOW_TASKS_PER_THREAD
+    } else {
+        SPLIT_BELOW_TASKS_PER_THREAD
+    };
+    if tasks.len() < split_below * rayon::current_num_threads() && group > 1 {
         tasks = tasks
             .into_iter()
             .flat_map(|t| {
@@ -177,11 +182,15 @@ pub(crate) fn attention(
 /// Most tokens whose queries one attention task scores together.
 const TOKEN_BLOCK: usize = 16;
 
-/// Fewer (token block, kv head) tasks than this per pool thread are split by query head.
-/// One: a kv head's query heads share one read of its cache even when that leaves the
+/// Fewer (token block, kv head) tasks than this per pool thread are split by query head
+/// where the AVX2 or scalar loops run them (decision 84).
+const SPLIT_BELOW_TASKS_PER_THREAD: usize = 4;
+
+/// As [`SPLIT_BELOW_TASKS_PER_THREAD`] where the AVX-512 register loops run them: one,
+/// so a kv head's query heads share one read of its cache even when that leaves the
 /// pool unevenly loaded (one decoding sequence of SmolLM2: 3 tasks on 2 threads, not 9
 /// one-head tasks reading each key three times; attention 30 % faster, decision 92).
-const SPLIT_BELOW_TASKS_PER_THREAD: usize = 1;
+const REGISTER_SPLIT_BELOW_TASKS_PER_THREAD: usize = 1;
 
 /// Positions ahead whose cache lines the AVX-512 register loops ask for when a task
 /// reads each key and value once (one pass of rows: decode). The rows of a decoding
@@ -189,6 +198,11 @@ const SPLIT_BELOW_TASKS_PER_THREAD: usize = 1;
 /// task's many passes find them in cache, where the prefetches only cost (measured:
 /// prefill chunks' attention +20 % with them, decision 92).
 const AHEAD: usize = 16;
+
+/// Whether the AVX-512 register loops take heads of `head_dim` values.
+fn fits_registers(head_dim: usize) -> bool {
+    matches!(head_dim, 64 | 128)
+}
 
 /// One attention task: a block of one sequence's tokens, the query heads `heads` (of
 /// the group sharing kv head `kv_head`).
@@ -356,7 +370,7 @@ struct GroupTask<'a> {
 impl GroupTask<'_> {
     /// Whether [`GroupTask::run_avx512`] takes this head size (it keeps rows in registers).
     fn fits_registers(&self) -> bool {
-        matches!(self.head_dim, 64 | 128)
+        fits_registers(self.head_dim)
     }
 
     /// The loops with query and output rows held in AVX-512 registers: `16 / D` rows at a
