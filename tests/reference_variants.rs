@@ -6,7 +6,7 @@
 //! for Q6_K, Q5_K_M, Q4_K_M, Q4_0 and IQ4_XS (the BF16 and IQ4_XS references were made by
 //! this project: `tests/data/reference/README.md`).
 //!
-//! The files are ~1 GB in all and need llama.cpp's tools to make, so the test looks for
+//! The files are ~1.7 GB in all and need llama.cpp's tools to make, so the test looks for
 //! them in `$SWITCHYARD_VARIANTS_DIR` (default `$SWITCHYARD_HOME/bench-models`) and says
 //! SKIPPED on stderr, naming the command that makes them, when they are absent. A
 //! quantized file whose SHA-256 differs from the reference's is an error, not a skip;
