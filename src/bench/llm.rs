@@ -205,13 +205,11 @@ fn time_batch(
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Index of the largest logit (greedy decoding without a sampler), or an error for no logits.
+/// Index of the largest logit, ties to the lowest id (greedy decoding without a
+/// sampler, [`crate::model::sampler::argmax`]), or an error for no logits.
 pub fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
-    logits
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as u32)
+    crate::model::sampler::argmax(logits)
+        .map(|i| i as u32)
         .ok_or_else(|| ModelError::internal("the model returned no logits"))
 }
 

