@@ -115,7 +115,9 @@ pub(crate) fn attention(
             }
         }
     }
-    let split_below = if widest && fits_registers(dh) {
+    // The loops every task of this call runs: AVX-512 with rows in registers, or not.
+    let registers = widest && fits_registers(dh);
+    let split_below = if registers {
         REGISTER_SPLIT_BELOW_TASKS_PER_THREAD
     } else {
         SPLIT_BELOW_TASKS_PER_THREAD
@@ -155,8 +157,8 @@ pub(crate) fn attention(
                     softcap: p.softcap,
                 };
                 let mut local = vec![0.0; t.tokens * t.heads.len() * dh];
-                if widest && task.fits_registers() {
-                    // SAFETY: `widest_vectors_available` checked for AVX-512 F, F16C and FMA.
+                if registers {
+                    // SAFETY: `registers` holds only where `avx512_available` found AVX-512 F, F16C and FMA.
                     unsafe { task.run_avx512(scratch, &mut local) }
                 } else if wide {
                     // SAFETY: `avx2_available` checked that this CPU has AVX2, FMA and F16C.
@@ -199,7 +201,8 @@ const REGISTER_SPLIT_BELOW_TASKS_PER_THREAD: usize = 1;
 /// prefill chunks' attention +20 % with them, decision 92).
 const AHEAD: usize = 16;
 
-/// Whether the AVX-512 register loops take heads of `head_dim` values.
+/// Whether [`GroupTask::run_avx512`] takes heads of `head_dim` values (it keeps rows in
+/// registers).
 fn fits_registers(head_dim: usize) -> bool {
     matches!(head_dim, 64 | 128)
 }
@@ -368,11 +371,6 @@ struct GroupTask<'a> {
 }
 
 impl GroupTask<'_> {
-    /// Whether [`GroupTask::run_avx512`] takes this head size (it keeps rows in registers).
-    fn fits_registers(&self) -> bool {
-        fits_registers(self.head_dim)
-    }
-
     /// The loops with query and output rows held in AVX-512 registers: `16 / D` rows at a
     /// time, each key or value converted once per position and used for all of them,
     /// no row round-tripping through memory per position. Same results as [`Self::run`]
