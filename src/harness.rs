@@ -150,11 +150,7 @@ fn step_once(model: Model) {
     let Ok(logits) = runner.forward(&mut seq, &prompt) else {
         return;
     };
-    let next = logits
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map_or(0, |(i, _)| i as u32);
+    let next = crate::model::sampler::argmax(&logits).map_or(0, |i| i as u32);
     let _ = runner.forward(&mut seq, &[next]);
 }
 
