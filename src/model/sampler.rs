@@ -94,9 +94,10 @@ const ARGMAX_CHUNK: usize = 64;
 /// Index of the largest of `values` in [`f32::total_cmp`]'s order, ties to the lowest
 /// index (llama.cpp's greedy rule); `None` for no values. An integer maximum and a
 /// chunked search for its first position, both branch-free inner loops the compiler
-/// vectorizes. Greedy sampling of 49152 logits takes 16 µs with it, 80 µs with a
-/// candidate list compared in pairs (this project's AVX-512 host, release build): over
-/// a millisecond of every 16-stream step, with the CPU's pool idle.
+/// vectorizes. Greedy sampling takes 15 µs with it and 93 µs with a candidate list
+/// compared in pairs at 49152 logits, 40 µs and 241 µs at 128256 (`cargo bench --bench
+/// sampling`, this project's AVX-512 host): over a millisecond of every 16-stream step,
+/// with the CPU's pool idle.
 pub fn argmax(values: &[f32]) -> Option<usize> {
     let best = values.iter().map(|&v| total_key(v)).max()?;
     let holds = |c: &[f32]| c.iter().fold(false, |f, &v| f | (total_key(v) == best));
