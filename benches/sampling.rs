@@ -31,13 +31,15 @@ fn sampling(c: &mut Criterion) {
     let history: Vec<u32> = (0..64).map(|i| i * 7).collect();
     for vocab in [49152, 128256] {
         let l = logits(vocab);
-        group.bench_function(BenchmarkId::from_parameter(format!("argmax_{vocab}")), |b| {
-            b.iter(|| argmax(black_box(&l)))
-        });
+        group.bench_function(
+            BenchmarkId::from_parameter(format!("argmax_{vocab}")),
+            |b| b.iter(|| argmax(black_box(&l))),
+        );
         let mut greedy = Sampler::new(SamplerConfig::default()).expect("greedy config");
-        group.bench_function(BenchmarkId::from_parameter(format!("greedy_{vocab}")), |b| {
-            b.iter(|| greedy.sample(black_box(&l), &history).expect("a token"))
-        });
+        group.bench_function(
+            BenchmarkId::from_parameter(format!("greedy_{vocab}")),
+            |b| b.iter(|| greedy.sample(black_box(&l), &history).expect("a token")),
+        );
         let mut drawn = Sampler::new(SamplerConfig {
             temperature: 0.8,
             top_k: 40,
@@ -46,9 +48,10 @@ fn sampling(c: &mut Criterion) {
             ..SamplerConfig::default()
         })
         .expect("sampling config");
-        group.bench_function(BenchmarkId::from_parameter(format!("top_k40_{vocab}")), |b| {
-            b.iter(|| drawn.sample(black_box(&l), &history).expect("a token"))
-        });
+        group.bench_function(
+            BenchmarkId::from_parameter(format!("top_k40_{vocab}")),
+            |b| b.iter(|| drawn.sample(black_box(&l), &history).expect("a token")),
+        );
     }
     group.finish();
 }
