@@ -1,11 +1,10 @@
 //! The default model re-quantized by llama.cpp's own quantizer (F32, F16, BF16, Q8_0,
 //! Q6_K, Q5_K_M, Q4_K_M, Q4_0, IQ4_XS: the files `scripts/make-bench-model.sh --sizes
 //! 135m` makes, byte-identical to the ones the references were taken on) against
-//! llama.cpp's outputs
-//! (`tests/data/reference/smollm2-135m-variants.*.json`), with the reference README's
-//! bounds: the Q4_1 tolerances for F32, F16, BF16 and Q8_0, the provisional K-quant bounds
-//! for Q6_K, Q5_K_M, Q4_K_M, Q4_0 and IQ4_XS (the BF16 and IQ4_XS references were made by
-//! this project: `tests/data/reference/README.md`).
+//! llama.cpp's outputs (`tests/data/reference/smollm2-135m-variants.*.json`), with the
+//! reference README's bounds: the Q4_1 tolerances for F32, F16, BF16 and Q8_0, the
+//! provisional K-quant bounds for Q6_K, Q5_K_M, Q4_K_M, Q4_0 and IQ4_XS (the BF16 and
+//! IQ4_XS references were made by this project: `tests/data/reference/README.md`).
 //!
 //! The files are ~1.7 GB in all and need llama.cpp's tools to make, so the test looks for
 //! them in `$SWITCHYARD_VARIANTS_DIR` (default `$SWITCHYARD_HOME/bench-models`) and says

@@ -158,7 +158,8 @@ pub(crate) fn attention(
                 };
                 let mut local = vec![0.0; t.tokens * t.heads.len() * dh];
                 if registers {
-                    // SAFETY: `registers` holds only where `avx512_available` found AVX-512 F, F16C and FMA.
+                    // SAFETY: `registers` holds only where `avx512_available` found
+                    // AVX-512 F, F16C and FMA.
                     unsafe { task.run_avx512(scratch, &mut local) }
                 } else if wide {
                     // SAFETY: `avx2_available` checked that this CPU has AVX2, FMA and F16C.
