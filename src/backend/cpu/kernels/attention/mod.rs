@@ -195,13 +195,6 @@ const SPLIT_BELOW_TASKS_PER_THREAD: usize = 4;
 /// one-head tasks reading each key three times; attention 30 % faster, decision 92).
 const REGISTER_SPLIT_BELOW_TASKS_PER_THREAD: usize = 1;
 
-/// Positions ahead whose cache lines the AVX-512 register loops ask for when a task
-/// reads each key and value once (one pass of rows: decode). The rows of a decoding
-/// step were written a whole weight stream ago, so they come from memory; a prefill
-/// task's many passes find them in cache, where the prefetches only cost (measured:
-/// prefill chunks' attention +20 % with them, decision 92).
-const AHEAD: usize = 16;
-
 /// Whether [`GroupTask::run_avx512`] takes heads of `head_dim` values (it keeps rows in
 /// registers).
 fn fits_registers(head_dim: usize) -> bool {
@@ -374,8 +367,9 @@ struct GroupTask<'a> {
 impl GroupTask<'_> {
     /// The loops with query and output rows held in AVX-512 registers: `16 / D` rows at a
     /// time, each key or value converted once per position and used for all of them,
-    /// no row round-tripping through memory per position. Same results as [`Self::run`]
-    /// but for the order of each dot product's sum.
+    /// no row round-tripping through memory per position; one decoding token's group
+    /// in one pass by `avx512.rs`'s loops, which give the same bits. Same results as
+    /// [`Self::run`] but for the order of each dot product's sum.
     ///
     /// # Safety
     /// The CPU must support AVX-512 F, F16C and FMA.
@@ -383,6 +377,8 @@ impl GroupTask<'_> {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn run_avx512(&self, scratch: &mut Scratch, out: &mut [f32]) {
         match self.head_dim {
+            64 if self.try_decode::<4>(scratch, out) => {}
+            128 if self.try_decode::<8>(scratch, out) => {}
             64 => self.run_in_registers::<4, 4>(scratch, out),
             128 => self.run_in_registers::<8, 2>(scratch, out),
             _ => self.run::<true>(scratch, out),
@@ -406,7 +402,6 @@ impl GroupTask<'_> {
         let scores = &mut scratch.scores;
         scores.clear();
         scores.resize(rows * seen_max, 0.0);
-        let ahead = |j: usize| (rows <= R && j + AHEAD < seen_max).then_some(j + AHEAD);
         for r0 in (0..rows).step_by(R) {
             let live = |r: usize| r0 + r < rows;
             // SAFETY: every query row holds `dh = 16·D` values.
@@ -420,9 +415,6 @@ impl GroupTask<'_> {
                 })
             });
             for j in 0..seen_max {
-                if let Some(next) = ahead(j) {
-                    self.keys.prefetch::<D>(next, self.kv_off);
-                }
                 let key = self.keys.load::<D>(j, self.kv_off);
                 let first = first_row(j);
                 for (r, q) in q.iter().enumerate() {
@@ -432,7 +424,7 @@ impl GroupTask<'_> {
                         for d in 1..D {
                             s = _mm512_fmadd_ps(q[d], key[d], s);
                         }
-                        scores[row * seen_max + j] = self.scale * _mm512_reduce_add_ps(s);
+                        scores[row * seen_max + j] = self.scale * avx512::hsum(s);
                     }
                 }
             }
@@ -445,9 +437,6 @@ impl GroupTask<'_> {
             let live = |r: usize| r0 + r < rows;
             let mut acc = [[_mm512_setzero_ps(); D]; R];
             for j in 0..seen_max {
-                if let Some(next) = ahead(j) {
-                    self.values.prefetch::<D>(next, self.kv_off);
-                }
                 let value = self.values.load::<D>(j, self.kv_off);
                 let first = first_row(j);
                 for (r, acc) in acc.iter_mut().enumerate() {
@@ -626,5 +615,7 @@ fn softmax_in_place(row: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(test)]
 mod tests;

@@ -210,6 +210,83 @@ fn cache_reads_across_blocks_match_widened_ones() {
     }
 }
 
+/// One decoding token's AVX-512 loops (`avx512.rs`) give the bits of the general
+/// register loops on the same task: head sizes 64 and 128, every group they take, f16
+/// and f32 storage, cache lengths within one block, at its edges and across several
+/// (the rest of the last block NaN), with a sliding window and with soft-capping.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn decode_loops_give_the_register_loops_bits() {
+    if !super::super::vexp::avx512_available() {
+        println!("skipped: this CPU lacks AVX-512");
+        return;
+    }
+    /// Runs `task` both ways; `None` where the decode loops declined it.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn both(task: &GroupTask<'_>, dh: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let (mut decoded, mut general) = (vec![0.0; task.group * dh], vec![0.0; task.group * dh]);
+        let taken = match dh {
+            64 => task.try_decode::<4>(&mut Scratch::default(), &mut decoded),
+            _ => task.try_decode::<8>(&mut Scratch::default(), &mut decoded),
+        };
+        match dh {
+            64 => task.run_in_registers::<4, 4>(&mut Scratch::default(), &mut general),
+            _ => task.run_in_registers::<8, 2>(&mut Scratch::default(), &mut general),
+        }
+        taken.then(|| (bits(&decoded), bits(&general)))
+    }
+    for (dh, groups) in [(64, 1..=4), (128, 1..=2)] {
+        for seen in [1, 3, 4, 5, 31, 32, 33, 2 * KV_BLOCK + 7, 100] {
+            let blocks = |seed: u64| -> Vec<Arc<Vec<f32>>> {
+                lcg(seed, seen * 2 * dh)
+                    .chunks(KV_BLOCK * 2 * dh)
+                    .map(|b| {
+                        let mut b = b.to_vec();
+                        b.resize(KV_BLOCK * 2 * dh, f32::NAN);
+                        Arc::new(b)
+                    })
+                    .collect()
+            };
+            let (keys32, values32) = (blocks(61), blocks(62));
+            let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
+                b.iter()
+                    .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
+                    .collect()
+            };
+            let (keys16, values16) = (half(&keys32), half(&values32));
+            for (k, v) in [
+                (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
+                (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
+            ] {
+                for group in groups.clone() {
+                    for (window, softcap) in [(None, None), (Some(5), None), (None, Some(2.0))] {
+                        let queries = lcg(60 + group as u64, group * dh);
+                        let task = GroupTask {
+                            queries: &queries,
+                            q_width: group * dh,
+                            head_off: 0,
+                            group,
+                            keys: k,
+                            values: v,
+                            kv_off: dh,
+                            first_seen: seen,
+                            head_dim: dh,
+                            scale: 0.7,
+                            window,
+                            softcap,
+                        };
+                        // SAFETY: AVX-512 checked above.
+                        let (decoded, general) = unsafe { both(&task, dh) }
+                            .unwrap_or_else(|| panic!("dh {dh}, group {group}: not taken"));
+                        assert_eq!(decoded, general, "dh {dh}, group {group}, {seen} seen");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_softmax_matches_the_portable_one() {
