@@ -391,16 +391,24 @@ impl Runner {
             Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
             outputs => outputs?,
         };
-        let logits = outputs[0].to_f32_vec()?;
-        let vocab = self.model.vocab_size();
+        let (vocab, n) = (self.model.vocab_size(), work.len());
+        let per_sequence = |values: &[f32]| -> Vec<Vec<f32>> {
+            values
+                .chunks_exact(vocab)
+                .take(n)
+                .map(<[f32]>::to_vec)
+                .collect()
+        };
+        // f32 on the host already: read in place, one copy per sequence rather than a
+        // copy of the whole batch's logits first.
+        let logits = match outputs[0].dtype {
+            crate::graph::DType::F32 => per_sequence(outputs[0].host_bytes()?.view::<f32>()),
+            _ => per_sequence(&outputs[0].to_f32_vec()?),
+        };
         for w in work.iter_mut() {
             w.seq.tokens.extend_from_slice(w.tokens);
         }
-        Ok(logits
-            .chunks_exact(vocab)
-            .take(work.len())
-            .map(<[f32]>::to_vec)
-            .collect())
+        Ok(logits)
     }
 
     /// The plan of a batched step: the capability-greedy baseline when every backend
