@@ -16,6 +16,27 @@ fn layout(n_layers: usize, capacity: usize, dtype: KvDType) -> KvLayout {
 }
 use crate::backend::{KvCache, KvDType, KvLayout};
 
+/// `values` as cache blocks of [`KV_BLOCK`] positions `width` wide, the rest of the last
+/// block NaN (so a read past the positions written shows).
+fn cache_blocks(values: &[f32], width: usize) -> Vec<Arc<Vec<f32>>> {
+    values
+        .chunks(KV_BLOCK * width)
+        .map(|b| {
+            let mut b = b.to_vec();
+            b.resize(KV_BLOCK * width, f32::NAN);
+            Arc::new(b)
+        })
+        .collect()
+}
+
+/// The same blocks stored as f16.
+fn halved(blocks: &[Arc<Vec<f32>>]) -> Vec<Arc<Vec<f16>>> {
+    blocks
+        .iter()
+        .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
+        .collect()
+}
+
 const P: AttentionParams = AttentionParams {
     layer: 1,
     n_heads: 4,
@@ -87,18 +108,8 @@ fn vectorised_and_portable_loops_agree() {
             lcg(32, positions * 2 * dh),
         );
         // One block each, the positions past the last never read.
-        let block = |v: &[f32]| {
-            let mut b = v.to_vec();
-            b.resize(KV_BLOCK * 2 * dh, f32::NAN);
-            vec![Arc::new(b)]
-        };
-        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
-            b.iter()
-                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
-                .collect()
-        };
-        let (keys32, values32) = (block(&keys), block(&values));
-        let (keys16, values16) = (half(&keys32), half(&values32));
+        let (keys32, values32) = (cache_blocks(&keys, 2 * dh), cache_blocks(&values, 2 * dh));
+        let (keys16, values16) = (halved(&keys32), halved(&values32));
         let scratch = Scratch::default;
         let mut by_storage = Vec::new();
         for (k, v) in [
@@ -158,24 +169,9 @@ fn cache_reads_across_blocks_match_widened_ones() {
     }
     let positions = 2 * KV_BLOCK + 7;
     for dh in [64, 128] {
-        let blocks = |seed: u64| -> Vec<Arc<Vec<f32>>> {
-            let values = lcg(seed, positions * 2 * dh);
-            values
-                .chunks(KV_BLOCK * 2 * dh)
-                .map(|b| {
-                    let mut b = b.to_vec();
-                    b.resize(KV_BLOCK * 2 * dh, f32::NAN);
-                    Arc::new(b)
-                })
-                .collect()
-        };
+        let blocks = |seed: u64| cache_blocks(&lcg(seed, positions * 2 * dh), 2 * dh);
         let (keys32, values32) = (blocks(51), blocks(52));
-        let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
-            b.iter()
-                .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
-                .collect()
-        };
-        let (keys16, values16) = (half(&keys32), half(&values32));
+        let (keys16, values16) = (halved(&keys32), halved(&values32));
         for (k, v) in [
             (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
             (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
@@ -238,23 +234,9 @@ fn decode_loops_give_the_register_loops_bits() {
     }
     for (dh, groups) in [(64, 1..=4), (128, 1..=2)] {
         for seen in [1, 3, 4, 5, 31, 32, 33, 2 * KV_BLOCK + 7, 100] {
-            let blocks = |seed: u64| -> Vec<Arc<Vec<f32>>> {
-                lcg(seed, seen * 2 * dh)
-                    .chunks(KV_BLOCK * 2 * dh)
-                    .map(|b| {
-                        let mut b = b.to_vec();
-                        b.resize(KV_BLOCK * 2 * dh, f32::NAN);
-                        Arc::new(b)
-                    })
-                    .collect()
-            };
+            let blocks = |seed: u64| cache_blocks(&lcg(seed, seen * 2 * dh), 2 * dh);
             let (keys32, values32) = (blocks(61), blocks(62));
-            let half = |b: &[Arc<Vec<f32>>]| -> Vec<Arc<Vec<f16>>> {
-                b.iter()
-                    .map(|b| Arc::new(b.iter().map(|&v| f16::from_f32(v)).collect()))
-                    .collect()
-            };
-            let (keys16, values16) = (half(&keys32), half(&values32));
+            let (keys16, values16) = (halved(&keys32), halved(&values32));
             for (k, v) in [
                 (Rows::F32(&keys32, 2 * dh), Rows::F32(&values32, 2 * dh)),
                 (Rows::F16(&keys16, 2 * dh), Rows::F16(&values16, 2 * dh)),
