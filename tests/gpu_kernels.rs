@@ -3,7 +3,8 @@
 //! matmuls are also checked against an f64 product written here (activations quantized
 //! to 8 bits, as both backends do), and embeddings against exact dequantization.
 //! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
-//! mid-sequence, with f32 and f16 caches. A linear row-split across CPU and GPU
+//! mid-sequence, with f32 and f16 caches; batched steps of several sequences at
+//! different positions, with padding rows, run over the GPU's paged pool. A linear row-split across CPU and GPU
 //! (co-execution) matches the whole linear within 3e-3.
 #![cfg(feature = "gpu")]
 
@@ -483,6 +484,265 @@ fn f16_host_cache_moves_to_the_gpu_within_f16_tolerance() {
         3e-3,
         AttentionVariant::default(),
     );
+}
+
+/// Batched steps: three sequences at different positions (one decoding, one taking a
+/// prompt chunk, one starting) and a padding row share each attention step, on the CPU
+/// plan and on the GPU's paged pool, after each sequence's own prefill there. Then one
+/// sequence leaves and another joins; a padding row's output must be zero on both.
+fn batched_attention(gpu: &Arc<dyn Backend>, seed: u64, dtype: KvDType, variant: AttentionVariant) {
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let cpu_set = set(vec![cpu()]);
+    let gpu_set = set(vec![cpu(), gpu.clone()]);
+    let mut rng = Lcg(seed);
+    let mut random = |n: usize, width: usize| {
+        Tensor::from_f32([n, width * HEAD_DIM], &rng.vec(n * width * HEAD_DIM, 3.0)).unwrap()
+    };
+    // (CPU cache, GPU cache, length) per sequence.
+    let mut seqs: Vec<(KvCache, KvCache, usize)> =
+        (0..4).map(|_| (kv(dtype), kv(dtype), 0)).collect();
+    let prefills = [7usize, 12, 0, 3];
+    for (s, &n) in seqs.iter_mut().zip(&prefills) {
+        if n == 0 {
+            continue;
+        }
+        let inputs = [
+            ("q", random(n, HEADS)),
+            ("k", random(n, KV_HEADS)),
+            ("v", random(n, KV_HEADS)),
+        ];
+        for (backends, expect, cache) in [
+            (&cpu_set, BackendId::CPU, &mut s.0),
+            (&gpu_set, BackendId::GPU, &mut s.1),
+        ] {
+            let exec = executor(attention_graph(n, variant), backends, &store, expect);
+            exec.run(&inputs, &mut StepState::single(cache, 0)).unwrap();
+        }
+        s.2 = n;
+    }
+    // Each step: (sequence, rows) in row order; rows past the last segment are padding.
+    let steps: [(&[(usize, usize)], usize); 3] = [
+        (&[(0, 1), (1, 3), (2, 2)], 8),
+        (&[(2, 1), (0, 1), (1, 1)], 4),
+        (&[(3, 1), (2, 2), (0, 1)], 5),
+    ];
+    for (members, n) in steps {
+        let inputs = [
+            ("q", random(n, HEADS)),
+            ("k", random(n, KV_HEADS)),
+            ("v", random(n, KV_HEADS)),
+        ];
+        let mut outputs = Vec::new();
+        for on_gpu in [false, true] {
+            let (backends, expect) = match on_gpu {
+                false => (&cpu_set, BackendId::CPU),
+                true => (&gpu_set, BackendId::GPU),
+            };
+            let exec = executor(attention_graph(n, variant), backends, &store, expect);
+            let mut chosen: Vec<Option<&mut (KvCache, KvCache, usize)>> =
+                seqs.iter_mut().map(Some).collect();
+            let mut row = 0;
+            let segments = members
+                .iter()
+                .map(|&(i, rows)| {
+                    let s = chosen[i].take().unwrap();
+                    let segment = switchyard::backend::Segment {
+                        rows: row..row + rows,
+                        kv_len: s.2,
+                        kv: if on_gpu { &mut s.1 } else { &mut s.0 },
+                    };
+                    row += rows;
+                    segment
+                })
+                .collect();
+            let mut state = StepState::batch(segments).unwrap();
+            outputs.push(
+                exec.run(&inputs, &mut state).unwrap()[0]
+                    .to_f32_vec()
+                    .unwrap(),
+            );
+        }
+        let (want, got) = (&outputs[0], &outputs[1]);
+        let err = relative_error(got, want);
+        assert!(
+            err <= 1e-4,
+            "batched attention {members:?} in {n} rows: relative error {err}"
+        );
+        let used: usize = members.iter().map(|m| m.1).sum();
+        let width = HEADS * HEAD_DIM;
+        assert!(
+            got[used * width..].iter().all(|&v| v == 0.0),
+            "a padding row attended"
+        );
+        for &(i, rows) in members {
+            seqs[i].2 += rows;
+        }
+    }
+    // The GPU rows come back to the host whole: a CPU step over a GPU-written cache.
+    for s in &mut seqs {
+        let inputs = [
+            ("q", random(1, HEADS)),
+            ("k", random(1, KV_HEADS)),
+            ("v", random(1, KV_HEADS)),
+        ];
+        let exec = executor(
+            attention_graph(1, variant),
+            &cpu_set,
+            &store,
+            BackendId::CPU,
+        );
+        let want = exec
+            .run(&inputs, &mut StepState::single(&mut s.0, s.2))
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        let got = exec
+            .run(&inputs, &mut StepState::single(&mut s.1, s.2))
+            .unwrap()[0]
+            .to_f32_vec()
+            .unwrap();
+        assert!(
+            relative_error(&got, &want) <= 1e-4,
+            "rows downloaded from the GPU pool differ"
+        );
+    }
+}
+
+#[test]
+fn batched_attention_over_the_gpu_pool_matches_the_cpu() {
+    let Some(gpu) = open() else { return };
+    batched_attention(&gpu, 11, KvDType::F32, AttentionVariant::default());
+    let variant = AttentionVariant {
+        window: Some(4),
+        softcap: Some(1.5),
+    };
+    batched_attention(&gpu, 12, KvDType::F16, variant);
+}
+
+/// An f16 cache written by the GPU holds exactly the CPU's f16 values: ties to even both
+/// ways, f16 subnormals and their ties, overflow to infinity, signed zero, f32
+/// subnormals. (WGSL leaves pack2x16float's rounding to the device, so the kernel rounds
+/// in integer arithmetic.)
+#[test]
+fn gpu_f16_cache_rows_round_as_the_cpu_rounds() {
+    let Some(gpu) = open() else { return };
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let (cpu_set, gpu_set) = (set(vec![cpu()]), set(vec![cpu(), gpu.clone()]));
+    let n = 4;
+    let tie = 2f32.powi(-11);
+    let special = [
+        1.0 + tie,
+        1.0 + 3.0 * tie,
+        -(2.0 + 2.0 * tie),
+        2f32.powi(-25),
+        3.0 * 2f32.powi(-25),
+        1.5 * 2f32.powi(-24),
+        2.5 * 2f32.powi(-24),
+        -6.1e-5,
+        65519.0,
+        65520.0,
+        -0.0,
+        1e-40,
+        1e-30,
+    ];
+    let mut rng = Lcg(9);
+    let mut k = rng.vec(n * KV_HEADS * HEAD_DIM, 4.0);
+    k[..special.len()].copy_from_slice(&special);
+    let mut v = rng.vec(n * KV_HEADS * HEAD_DIM, 4.0);
+    let tail = v.len() - special.len();
+    v[tail..].copy_from_slice(&special);
+    let inputs = [
+        (
+            "q",
+            Tensor::from_f32([n, HEADS * HEAD_DIM], &rng.vec(n * HEADS * HEAD_DIM, 1.0)).unwrap(),
+        ),
+        ("k", Tensor::from_f32([n, KV_HEADS * HEAD_DIM], &k).unwrap()),
+        ("v", Tensor::from_f32([n, KV_HEADS * HEAD_DIM], &v).unwrap()),
+    ];
+    let (mut on_cpu, mut on_gpu) = (kv(KvDType::F16), kv(KvDType::F16));
+    let variant = AttentionVariant::default();
+    executor(
+        attention_graph(n, variant),
+        &cpu_set,
+        &store,
+        BackendId::CPU,
+    )
+    .run(&inputs, &mut StepState::single(&mut on_cpu, 0))
+    .unwrap();
+    executor(
+        attention_graph(n, variant),
+        &gpu_set,
+        &store,
+        BackendId::GPU,
+    )
+    .run(&inputs, &mut StepState::single(&mut on_gpu, 0))
+    .unwrap();
+    let bits = |rows: &switchyard::backend::KvRows| -> Vec<u32> {
+        rows.read_f32(n).iter().map(|x| x.to_bits()).collect()
+    };
+    let (want_k, want_v) = on_cpu.layer_mut(1, n).unwrap();
+    let (want_k, want_v) = (bits(want_k), bits(want_v));
+    let (got_k, got_v) = on_gpu.layer_mut(1, n).unwrap();
+    assert_eq!(bits(got_k), want_k, "keys");
+    assert_eq!(bits(got_v), want_v, "values");
+}
+
+/// The prefix cache forks a sequence at a block boundary short of its length. When the
+/// sequence's newest rows are on the GPU, both the sequence (next on the GPU, then on
+/// the CPU) and the fork (on the GPU) must go on attending over the right rows.
+#[test]
+fn forking_a_gpu_cache_short_of_its_length_keeps_both_right() {
+    let Some(gpu) = open() else { return };
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let (cpu_set, gpu_set) = (set(vec![cpu()]), set(vec![cpu(), gpu.clone()]));
+    let variant = AttentionVariant::default();
+    let mut rng = Lcg(13);
+    let mut step = |reference: &mut KvCache, cache: &mut KvCache, kv_len, n, on_gpu| {
+        let mut random = |name, width: usize| {
+            let t = Tensor::from_f32([n, width * HEAD_DIM], &rng.vec(n * width * HEAD_DIM, 3.0));
+            (name, t.unwrap())
+        };
+        let inputs = [
+            random("q", HEADS),
+            random("k", KV_HEADS),
+            random("v", KV_HEADS),
+        ];
+        let cpu_exec = executor(
+            attention_graph(n, variant),
+            &cpu_set,
+            &store,
+            BackendId::CPU,
+        );
+        let want = cpu_exec
+            .run(&inputs, &mut StepState::single(reference, kv_len))
+            .unwrap();
+        let exec = match on_gpu {
+            true => executor(
+                attention_graph(n, variant),
+                &gpu_set,
+                &store,
+                BackendId::GPU,
+            ),
+            false => cpu_exec,
+        };
+        let got = exec
+            .run(&inputs, &mut StepState::single(cache, kv_len))
+            .unwrap();
+        let err = relative_error(
+            &got[0].to_f32_vec().unwrap(),
+            &want[0].to_f32_vec().unwrap(),
+        );
+        assert!(
+            err <= 1e-4,
+            "step at {kv_len} (gpu: {on_gpu}): relative error {err}"
+        );
+    };
+    let (mut reference, mut cache) = (kv(KvDType::F32), kv(KvDType::F32));
+    step(&mut reference, &mut cache, 0, 35, true);
+    let (mut reference_fork, mut fork) = (reference.fork(32).unwrap(), cache.fork(32).unwrap());
+    step(&mut reference, &mut cache, 35, 1, true);
+    step(&mut reference, &mut cache, 36, 1, false);
+    step(&mut reference_fork, &mut fork, 32, 2, true);
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! transfers happen in the middle of every layer; decode on the GPU compiles once and
 //! then hits, with dense (f32, f16) and with block-format weights. A prefill whose
 //! linears are row-split across CPU and GPU (co-execution) matches them within 3.9e-3.
+//! Sequences stepped together on the GPU (prompt chunks beside decodes, then batched
+//! decode over the paged KV pool) get bit for bit the logits each gets alone there.
 #![cfg(feature = "gpu")]
 
 mod gpu_data;
@@ -19,7 +21,7 @@ use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::LlamaStep;
 use switchyard::model::{GgufWeights, ModelWeights};
 use switchyard::plan::Policy;
-use switchyard::step::{CoexecMode, Runner};
+use switchyard::step::{CoexecMode, Runner, Work};
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -243,4 +245,124 @@ fn compare_plans(blocks: bool, kv_dtype: KvDType) {
             );
         }
     }
+}
+
+#[test]
+fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    write_model(&path, true);
+    let file = GgufFile::open(&path).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    let weights: Arc<dyn ModelWeights> = Arc::new(GgufWeights(file));
+    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+    let set = BackendSet::new(vec![cpu, Arc::new(gpu)]).unwrap();
+    let policy = Policy {
+        min_run: 0,
+        ..Policy::default()
+    };
+    let mut runner = Runner::new(LlamaStep::new(config, weights, 1), set, 96)
+        .with_policy(policy)
+        .with_kv_dtype(KvDType::F16)
+        .with_calibration_file(None)
+        .with_coexec(CoexecMode::Off);
+    // Prompts of different lengths (one past a 32-position block), four decode steps.
+    let prompts: Vec<Vec<u32>> = [5usize, 1, 37, 12]
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n as u32)
+                .map(|i| (i * 29 + 7 * s as u32 + 1) % VOCAB as u32)
+                .collect()
+        })
+        .collect();
+    let decode = |s: usize, step: usize| ((s * 13 + step * 31 + 5) % VOCAB) as u32;
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            run(
+                &mut runner,
+                p,
+                &(0..4).map(|t| decode(s, t)).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let mut seqs: Vec<_> = prompts
+        .iter()
+        .map(|_| runner.new_sequence().unwrap())
+        .collect();
+    // The first two sequences' prompts, then they decode while the others' prompts join.
+    let mut together: Vec<Vec<Vec<f32>>> = vec![Vec::new(); prompts.len()];
+    let (first, rest) = seqs.split_at_mut(2);
+    let mut work: Vec<Work> = first
+        .iter_mut()
+        .zip(&prompts)
+        .map(|(seq, p)| Work { seq, tokens: p })
+        .collect();
+    for (s, logits) in runner
+        .forward_batch(&mut work)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        together[s].push(logits);
+    }
+    let tokens: Vec<[u32; 1]> = (0..2).map(|s| [decode(s, 0)]).collect();
+    let mut work: Vec<Work> = first
+        .iter_mut()
+        .zip(&tokens)
+        .map(|(seq, t)| Work { seq, tokens: t })
+        .chain(
+            rest.iter_mut()
+                .zip(&prompts[2..])
+                .map(|(seq, p)| Work { seq, tokens: p }),
+        )
+        .collect();
+    for (s, logits) in runner
+        .forward_batch(&mut work)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        together[s].push(logits);
+    }
+    for step in 0..4 {
+        let tokens: Vec<[u32; 1]> = (0..prompts.len())
+            .map(|s| [decode(s, if s < 2 { step + 1 } else { step })])
+            .collect();
+        let active = if step == 3 { 2 } else { prompts.len() };
+        let mut work: Vec<Work> = seqs
+            .iter_mut()
+            .zip(&tokens)
+            .skip(if step == 3 { 2 } else { 0 })
+            .map(|(seq, t)| Work { seq, tokens: t })
+            .collect();
+        let offset = prompts.len() - active;
+        for (s, logits) in runner
+            .forward_batch(&mut work)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+        {
+            together[s + offset].push(logits);
+        }
+    }
+    for (s, (alone, together)) in alone.iter().zip(&together).enumerate() {
+        for (step, (a, t)) in alone.iter().zip(together).enumerate() {
+            assert!(
+                a == t,
+                "sequence {s}, step {step}: batched logits differ from alone"
+            );
+        }
+    }
+    let (_, decode_plan) = runner.placement();
+    assert_eq!(
+        decode_plan.keys().collect::<Vec<_>>(),
+        ["gpu"],
+        "{decode_plan:?}"
+    );
 }

@@ -183,8 +183,11 @@ impl KvCache {
     }
 
     /// A cache sharing this one's first `len` positions (their blocks are shared, not
-    /// copied; a later write to a shared block copies it). Brings layers whose newest
-    /// rows are on a device back to the host first; the fork has no device copy.
+    /// copied; a later write to a shared block copies it). Copies positions `0..len` of
+    /// layers whose newest rows are on a device to the host first; those layers stay
+    /// the device's here, since this cache may hold more than `len` positions (the
+    /// prefix cache forks at block boundaries short of a sequence's length). The fork
+    /// has no device copy.
     pub fn fork(&mut self, len: usize) -> Result<KvCache, BackendError> {
         if len > self.layout.capacity {
             return Err(BackendError::KvCache(format!(
@@ -193,7 +196,12 @@ impl KvCache {
             )));
         }
         for layer in 0..self.layout.n_layers {
-            self.layer_mut(layer, len)?;
+            if self.home[layer] != MemorySpace::HOST {
+                let device = self.device.as_deref().ok_or_else(|| {
+                    BackendError::KvCache(format!("layer {layer} lives on a device that is gone"))
+                })?;
+                device.download(layer, len, &mut self.keys[layer], &mut self.values[layer])?;
+            }
         }
         Ok(KvCache {
             layout: self.layout,

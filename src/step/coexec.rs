@@ -157,6 +157,13 @@ impl Coexec {
         arms.get(choice.arm.0).map(|&arm| (arm, choice.arm.0))
     }
 
+    /// The arm `bucket`'s gate runs now (its incumbent while in probation), without
+    /// counting a call; `None` without a gate.
+    pub fn active(&self, bucket: u32) -> Option<Arm> {
+        let (arms, gate) = self.gates.get(&bucket)?;
+        arms.get(gate.active()?.0).copied()
+    }
+
     /// A fingerprint of the calibrated ratios, part of the split arm's step keys.
     pub fn split_signature(&self) -> u64 {
         let mut text = format!("fixed={:?};", self.fixed_rho);

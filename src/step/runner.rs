@@ -317,9 +317,8 @@ impl Runner {
     /// BF16 up to four, past which their kernels' summation order depends on the rows).
     ///
     /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
-    /// arms). Several run on the fallback backend alone, since GPU attention reads one
-    /// sequence's cache per step; their tokens together may be at most
-    /// [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
+    /// arms). Several run on the plan one sequence decodes on; their tokens together
+    /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<Vec<Vec<f32>>, StepError> {
         if let [one] = work {
             return Ok(vec![self.forward(one.seq, one.tokens)?]);
@@ -411,19 +410,12 @@ impl Runner {
         Ok(logits)
     }
 
-    /// The plan of a batched step: the capability-greedy baseline when every backend
-    /// but the fallback leaves attention to it (attention reads each sequence's own
-    /// cache, which only the fallback does per segment), else the fallback alone.
+    /// The plan of a batched step: the arm one sequence decodes on (the decode gate's
+    /// current arm, else the capability-greedy baseline), so a sequence gets the same
+    /// tokens whether or not others share its steps. Every backend that runs attention
+    /// runs it per segment (the GPU over its paged pool), so any arm takes a batch.
     fn batch_arm(&self) -> Arm {
-        let fallback = self.policy.fallback;
-        let device_attention = self.backends.iter().any(|b| {
-            b.id() != fallback && b.capability().ops.contains(crate::graph::OpKind::Attention)
-        });
-        if device_attention {
-            Arm::Only(fallback)
-        } else {
-            Arm::Baseline
-        }
+        self.coexec.active(1).unwrap_or(Arm::Baseline)
     }
 
     /// Refuses `tokens` that are empty, overflow `seq`'s context or leave the vocabulary.

@@ -1,9 +1,10 @@
 //! A compiled GPU partition: buffers for its inputs and for every slot of the buffer
 //! plan, weights resolved to resident GPU buffers, and each node recorded as
-//! dispatches. A run writes the step uniform, copies the inputs in, replays the
-//! dispatches in one compute pass, copies the outputs out and submits without waiting:
-//! the host goes on (with CPU partitions that do not need these outputs) while the GPU
-//! works, and waits only when a result is read back.
+//! dispatches. A run prepares attention's KV blocks and row tables, copies the inputs
+//! in, replays the dispatches in one compute pass, copies the outputs to fresh
+//! buffers and submits without waiting: the host goes on (with CPU partitions that do
+//! not need these outputs) while the GPU works, and waits only when a result is read
+//! back.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use super::attention::{AttentionNode, AttentionSet};
 use super::device::{padded, Gpu, STORAGE};
 use super::kernels;
-use super::kv::GpuKv;
+use super::kv::KvPools;
 use super::record::{quants_bytes, record_node, record_softmax, Dispatch, Operand};
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
@@ -36,7 +37,7 @@ pub(super) struct GpuPartition {
     outputs: Vec<Operand>,
     work: Vec<Work>,
     attention: AttentionSet,
-    step: wgpu::Buffer,
+    pools: Arc<KvPools>,
     bytes: usize,
 }
 
@@ -44,6 +45,7 @@ impl GpuPartition {
     /// Allocates the partition's buffers and records every node.
     pub fn new(
         gpu: Arc<Gpu>,
+        pools: Arc<KvPools>,
         backend: &dyn Backend,
         spec: &PartitionSpec<'_>,
         weights: &dyn WeightProvider,
@@ -76,7 +78,6 @@ impl GpuPartition {
             .map(|&b| gpu.storage("slot", b))
             .collect();
         bytes += spec.buffers.slot_bytes().iter().sum::<usize>();
-        let step = gpu.uniform("step", &[0; 4]);
         let mut quants_size = kernels::QUANTIZED_BLOCK_BYTES;
         for &id in spec.nodes {
             let node = node_of(id)?;
@@ -166,7 +167,7 @@ impl GpuPartition {
                     });
                     Work::Attention(attention.len() - 1)
                 }
-                Op::Softmax => Work::Fixed(record_softmax(&gpu, &ops[0], &out, &step)?),
+                Op::Softmax => Work::Fixed(record_softmax(&gpu, &ops[0], &out)?),
                 _ => Work::Fixed(record_node(&gpu, id, node, &ops, &out, &quants)?),
             });
             known.insert(id, operand(out, id)?);
@@ -187,57 +188,10 @@ impl GpuPartition {
             inputs,
             outputs,
             work,
-            attention: AttentionSet {
-                nodes: attention,
-                recorded: Vec::new(),
-                bound: None,
-                scores: None,
-            },
-            step,
+            attention: AttentionSet::new(attention),
+            pools,
             bytes,
         })
-    }
-
-    /// Makes the sequence's GPU cache hold the newest rows of every layer this
-    /// partition attends over, and binds the attention dispatches to it.
-    fn prepare_kv(&mut self, state: &mut StepState<'_>) -> Result<(), BackendError> {
-        if self.attention.nodes.is_empty() {
-            return Ok(());
-        }
-        let (kv_len, cache) = match state.segments_mut() {
-            [one] if one.rows.start == 0 => (one.kv_len, &mut *one.kv),
-            [] => return Err(BackendError::KvCache("attention needs a KV cache".into())),
-            _ => {
-                return Err(BackendError::KvCache(
-                    "GPU attention runs one sequence per step; a batched step plans attention on the CPU".into(),
-                ))
-            }
-        };
-        let layout = cache.layout();
-        for node in &self.attention.nodes {
-            if kv_len + node.n > layout.capacity {
-                return Err(BackendError::KvCache(format!(
-                    "{kv_len} cached + {} new positions exceed capacity {}",
-                    node.n, layout.capacity
-                )));
-            }
-        }
-        let mut gpu_kv: Option<&GpuKv> = None;
-        for node in &self.attention.nodes {
-            let gpu = self.gpu.clone();
-            let (device, host) = cache.device_layer(GPU_SPACE, node.layer, move |layout| {
-                Ok(Box::new(GpuKv::new(gpu, layout)?))
-            })?;
-            let kv = device.as_any().downcast_ref::<GpuKv>().ok_or_else(|| {
-                BackendError::KvCache("the GPU space holds a foreign cache".into())
-            })?;
-            if let Some((keys, values)) = host {
-                kv.upload(node.layer, kv_len, keys, values);
-            }
-            gpu_kv = Some(kv);
-        }
-        let kv = gpu_kv.expect("at least one attention node");
-        self.attention.bind(&self.gpu, kv, &self.step)
     }
 
     fn check_inputs<'t>(
@@ -282,13 +236,8 @@ impl CompiledPartition for GpuPartition {
         state: &mut StepState<'_>,
     ) -> Result<Vec<Tensor>, BackendError> {
         let sources = self.check_inputs(inputs)?;
-        let kv_len = state.segments().first().map_or(0, |s| s.kv_len);
-        let kv_len = u32::try_from(kv_len)
-            .map_err(|_| BackendError::KvCache("KV length exceeds 32 bits".into()))?;
-        self.prepare_kv(state)?;
+        self.attention.prepare(&self.gpu, &self.pools, state)?;
         let gpu = &self.gpu;
-        gpu.queue
-            .write_buffer(&self.step, 0, bytemuck::cast_slice(&[kv_len, 0, 0, 0]));
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for ((source, input), tensor) in sources.iter().zip(&self.inputs).zip(inputs) {
             encoder.copy_buffer_to_buffer(source, 0, &input.buffer, 0, padded(tensor.data.len()));
@@ -296,15 +245,16 @@ impl CompiledPartition for GpuPartition {
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             for work in &self.work {
-                let dispatches = match work {
-                    Work::Fixed(d) => d,
-                    Work::Attention(i) => &self.attention.recorded[*i],
-                };
-                for d in dispatches {
-                    pass.set_pipeline(&d.pipeline);
-                    pass.set_bind_group(0, &d.bind_group, &[]);
-                    let [x, y, z] = d.groups;
-                    pass.dispatch_workgroups(x, y, z);
+                match work {
+                    Work::Fixed(dispatches) => {
+                        for d in dispatches {
+                            pass.set_pipeline(&d.pipeline);
+                            pass.set_bind_group(0, &d.bind_group, &[]);
+                            let [x, y, z] = d.groups;
+                            pass.dispatch_workgroups(x, y, z);
+                        }
+                    }
+                    Work::Attention(i) => self.attention.encode(*i, &mut pass),
                 }
             }
         }

@@ -27,14 +27,16 @@ const UNARY: &str = include_str!("shaders/unary.wgsl");
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 /// RMS normalisation, one workgroup per row.
 pub(super) const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
-/// Softmax over rows, plain or causal (attention scores).
+/// The graph's softmax over rows.
 pub(super) const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
-/// Appends a step's keys and values to a cache layer.
+/// Writes a step's keys and values into a layer of the paged pool.
 pub(super) const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
 /// Attention scores of every query against the cached keys.
 pub(super) const ATTN_SCORES: &str = include_str!("shaders/attn_scores.wgsl");
+/// Softmax over each query row's visible scores.
+pub(super) const ATTN_SOFTMAX: &str = include_str!("shaders/attn_softmax.wgsl");
 /// Attention output: probabilities times cached values.
 pub(super) const ATTN_VALUES: &str = include_str!("shaders/attn_values.wgsl");
 

@@ -1,66 +1,266 @@
-//! The GPU's copy of a sequence's KV cache: one key and one value buffer per layer, in
-//! f32 (an f16 cache's values are rounded to f16 when written, as on the CPU), kept inside the sequence's [`KvCache`](crate::backend::KvCache) so every
-//! executor of the sequence (prefill buckets, decode) shares it.
+//! The GPU's KV cache, paged: one pool per cache shape holds every layer's keys and
+//! values in blocks of [`BLOCK`] positions (f32; an f16 cache's values are rounded to
+//! f16 when written, as on the CPU), and each sequence's [`GpuKv`] is a table of the
+//! blocks it holds, taken as its positions are written and given back when it ends. So
+//! GPU memory follows the tokens held, not `capacity × sequences`, and one attention
+//! dispatch can serve every sequence of a batched step through their tables.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::device::Gpu;
 use super::GPU_SPACE;
-use crate::backend::{BackendError, DeviceKv, KvLayout, KvRows, MemorySpace};
+use crate::backend::{BackendError, DeviceKv, KvLayout, KvRows, MemorySpace, KV_BLOCK};
 
-/// Distinguishes caches, so a partition knows when its bind groups point at another
-/// sequence's buffers.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Positions per block: the host cache's block size, which the shaders spell `32u`.
+pub(super) const BLOCK: usize = KV_BLOCK;
+const _: () = assert!(BLOCK == 32, "the attention shaders index blocks of 32");
 
-/// Keys and values of every layer in GPU memory.
-pub(super) struct GpuKv {
-    pub id: u64,
-    pub layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
-    pub layout: KvLayout,
-    gpu: Arc<Gpu>,
+/// Blocks a new pool starts with; it doubles when it runs out.
+const FIRST_BLOCKS: usize = 64;
+
+/// Distinguishes pools, so a partition knows when its bind groups point elsewhere.
+static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
+
+/// The pools of one device, one per (layers, kv heads × head dim).
+#[derive(Default)]
+pub(super) struct KvPools {
+    pools: Mutex<HashMap<(usize, usize), Arc<KvPool>>>,
 }
 
-impl GpuKv {
-    /// Allocates every layer for `layout.capacity` positions.
-    pub fn new(gpu: Arc<Gpu>, layout: KvLayout) -> Result<GpuKv, BackendError> {
-        let bytes = layout.capacity * layout.n_kv_heads * layout.head_dim * 4;
-        if bytes as u64 > gpu.limits.max_storage_buffer_binding_size {
-            return Err(BackendError::KvCache(format!(
-                "one layer of keys ({bytes} bytes for {} positions) exceeds the adapter's buffer limit; use a smaller --ctx",
-                layout.capacity
-            )));
+impl KvPools {
+    /// The pool for caches of `layout`'s shape, created empty on first use.
+    pub fn get(&self, gpu: &Arc<Gpu>, layout: KvLayout) -> Arc<KvPool> {
+        let width = layout.n_kv_heads * layout.head_dim;
+        self.pools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((layout.n_layers, width))
+            .or_insert_with(|| {
+                Arc::new(KvPool {
+                    gpu: gpu.clone(),
+                    id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
+                    n_layers: layout.n_layers,
+                    width,
+                    state: Mutex::new(PoolState::default()),
+                })
+            })
+            .clone()
+    }
+}
+
+/// Keys and values of every layer in blocks shared out to sequences.
+pub(super) struct KvPool {
+    gpu: Arc<Gpu>,
+    id: u64,
+    n_layers: usize,
+    width: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Per layer: keys and values, `blocks × BLOCK × width` f32 each.
+    layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    blocks: usize,
+    free: Vec<u32>,
+    /// Bumped whenever the buffers are replaced by larger ones.
+    generation: u64,
+}
+
+/// What a partition binds: the pool's buffers of one generation.
+#[derive(Clone)]
+pub(super) struct PoolBuffers {
+    /// (pool, generation): equal keys mean the same buffers.
+    pub key: (u64, u64),
+    /// Per layer: keys and values.
+    pub layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+}
+
+impl KvPool {
+    fn block_bytes(&self) -> usize {
+        BLOCK * self.width * 4
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The buffers as they are now.
+    pub fn buffers(&self) -> PoolBuffers {
+        let state = self.lock();
+        PoolBuffers {
+            key: (self.id, state.generation),
+            layers: state.layers.clone(),
         }
-        let layers = (0..layout.n_layers)
+    }
+
+    /// Takes `n` free blocks, growing the pool (doubling, copying what it holds on the
+    /// GPU) when too few are free; refuses past the adapter's buffer limit.
+    fn take(&self, n: usize) -> Result<Vec<u32>, BackendError> {
+        let mut state = self.lock();
+        if state.free.len() < n {
+            let needed = state.blocks - state.free.len() + n;
+            let limit = self
+                .gpu
+                .limits
+                .max_storage_buffer_binding_size
+                .min(self.gpu.limits.max_buffer_size) as usize
+                / self.block_bytes();
+            let grown = needed.max(state.blocks * 2).max(FIRST_BLOCKS).min(limit);
+            if grown < needed {
+                return Err(BackendError::KvCache(format!(
+                    "the GPU KV pool holds at most {limit} blocks of {BLOCK} positions (the adapter's buffer limit); {needed} are needed: use fewer parallel sequences or a smaller --ctx"
+                )));
+            }
+            self.grow(&mut state, grown);
+        }
+        let at = state.free.len() - n;
+        Ok(state.free.split_off(at))
+    }
+
+    fn grow(&self, state: &mut PoolState, blocks: usize) {
+        let bytes = blocks * self.block_bytes();
+        let layers: Vec<_> = (0..self.n_layers)
             .map(|l| {
                 (
-                    gpu.storage(&format!("keys {l}"), bytes),
-                    gpu.storage(&format!("values {l}"), bytes),
+                    self.gpu.storage(&format!("kv pool keys {l}"), bytes),
+                    self.gpu.storage(&format!("kv pool values {l}"), bytes),
                 )
             })
             .collect();
-        Ok(GpuKv {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            layers,
+        if state.blocks > 0 {
+            let held = (state.blocks * self.block_bytes()) as u64;
+            let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+            for ((old_k, old_v), (k, v)) in state.layers.iter().zip(&layers) {
+                encoder.copy_buffer_to_buffer(old_k, 0, k, 0, held);
+                encoder.copy_buffer_to_buffer(old_v, 0, v, 0, held);
+            }
+            self.gpu.queue.submit([encoder.finish()]);
+        }
+        state.free.extend((state.blocks..blocks).map(|b| b as u32));
+        state.layers = layers;
+        state.blocks = blocks;
+        state.generation += 1;
+    }
+
+    fn give_back(&self, blocks: &[u32]) {
+        let mut state = self.lock();
+        state.free.extend_from_slice(blocks);
+    }
+}
+
+/// One sequence's keys and values on the GPU: the pool blocks holding its positions,
+/// in order. Kept inside the sequence's [`KvCache`](crate::backend::KvCache), so every
+/// executor of the sequence (prefill buckets, decode, batched steps) shares it; its
+/// blocks go back to the pool when it is dropped.
+pub(super) struct GpuKv {
+    pool: Arc<KvPool>,
+    layout: KvLayout,
+    blocks: Mutex<Vec<u32>>,
+}
+
+impl GpuKv {
+    /// A cache of `layout` holding no blocks yet.
+    pub fn new(pool: Arc<KvPool>, layout: KvLayout) -> GpuKv {
+        GpuKv {
+            pool,
             layout,
-            gpu,
-        })
+            blocks: Mutex::new(Vec::new()),
+        }
     }
 
-    fn width(&self) -> usize {
-        self.layout.n_kv_heads * self.layout.head_dim
+    fn blocks(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
+        self.blocks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes host rows `0..len` of `layer` to the device.
-    pub fn upload(&self, layer: usize, len: usize, keys: &KvRows, values: &KvRows) {
-        let (k, v) = &self.layers[layer];
-        self.gpu
-            .queue
-            .write_buffer(k, 0, bytemuck::cast_slice(&keys.read_f32(len)));
-        self.gpu
-            .queue
-            .write_buffer(v, 0, bytemuck::cast_slice(&values.read_f32(len)));
+    /// The pool the blocks come from.
+    pub fn pool(&self) -> &Arc<KvPool> {
+        &self.pool
+    }
+
+    /// Takes blocks until positions `0..positions` have one.
+    pub fn reserve(&self, positions: usize) -> Result<(), BackendError> {
+        let mut blocks = self.blocks();
+        let needed = positions.div_ceil(BLOCK);
+        if blocks.len() < needed {
+            let more = self.pool.take(needed - blocks.len())?;
+            blocks.extend(more);
+        }
+        Ok(())
+    }
+
+    /// The block of every [`BLOCK`] positions held, in order.
+    pub fn table(&self) -> Vec<u32> {
+        self.blocks().clone()
+    }
+
+    /// Writes host rows `0..len` of `layer` into this sequence's blocks (reserved).
+    pub fn upload(
+        &self,
+        layer: usize,
+        len: usize,
+        keys: &KvRows,
+        values: &KvRows,
+    ) -> Result<(), BackendError> {
+        let buffers = self.pool.buffers();
+        let (k, v) = buffers
+            .layers
+            .get(layer)
+            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))?;
+        let width = self.pool.width;
+        let (keys, values) = (keys.read_f32(len), values.read_f32(len));
+        let held = keys.len().min(values.len()) / width.max(1);
+        if held < len || self.blocks().len() * BLOCK < len {
+            return Err(BackendError::KvCache(format!(
+                "layer {layer}: {len} positions to upload, but the host holds {held} and the GPU blocks {}",
+                self.blocks().len() * BLOCK
+            )));
+        }
+        for (b, &block) in self.blocks().iter().enumerate() {
+            let rows = b * BLOCK..len.min((b + 1) * BLOCK);
+            if rows.is_empty() {
+                break;
+            }
+            let at = (block as usize * self.pool.block_bytes()) as u64;
+            let span = rows.start * width..rows.end * width;
+            let queue = &self.pool.gpu.queue;
+            queue.write_buffer(k, at, bytemuck::cast_slice(&keys[span.clone()]));
+            queue.write_buffer(v, at, bytemuck::cast_slice(&values[span]));
+        }
+        Ok(())
+    }
+
+    /// Positions `0..len` of one of `layer`'s buffers, gathered from the blocks.
+    fn gather(&self, buffer: &wgpu::Buffer, len: usize) -> Result<Vec<f32>, BackendError> {
+        let gpu = &self.pool.gpu;
+        let row_bytes = self.pool.width * 4;
+        let joined = gpu.storage("kv gather", len * row_bytes);
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        for (b, &block) in self.blocks().iter().enumerate() {
+            let rows = b * BLOCK..len.min((b + 1) * BLOCK);
+            if rows.is_empty() {
+                break;
+            }
+            encoder.copy_buffer_to_buffer(
+                buffer,
+                (block as usize * self.pool.block_bytes()) as u64,
+                &joined,
+                (rows.start * row_bytes) as u64,
+                (rows.len() * row_bytes) as u64,
+            );
+        }
+        gpu.queue.submit([encoder.finish()]);
+        let bytes = gpu.read(&joined, 0, len * row_bytes)?;
+        Ok(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes))
+    }
+}
+
+impl Drop for GpuKv {
+    fn drop(&mut self) {
+        self.pool.give_back(&self.blocks());
     }
 }
 
@@ -68,9 +268,9 @@ impl std::fmt::Debug for GpuKv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "GpuKv({} layers, {} positions)",
-            self.layers.len(),
-            self.layout.capacity
+            "GpuKv({} layers, {} blocks of {BLOCK} positions)",
+            self.layout.n_layers,
+            self.blocks().len()
         )
     }
 }
@@ -87,22 +287,26 @@ impl DeviceKv for GpuKv {
         keys: &mut KvRows,
         values: &mut KvRows,
     ) -> Result<(), BackendError> {
-        let (k, v) = self
-            .layers
-            .get(layer)
-            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))?;
-        let bytes = len * self.width() * 4;
         if len == 0 {
             return Ok(());
         }
-        let k_host = self.gpu.read(k, 0, bytes)?;
-        let v_host = self.gpu.read(v, 0, bytes)?;
-        keys.write(0, &bytemuck::pod_collect_to_vec::<u8, f32>(&k_host))?;
-        values.write(0, &bytemuck::pod_collect_to_vec::<u8, f32>(&v_host))
+        if len > self.blocks().len() * BLOCK {
+            return Err(BackendError::KvCache(format!(
+                "the GPU cache holds {} positions, not {len}",
+                self.blocks().len() * BLOCK
+            )));
+        }
+        let buffers = self.pool.buffers();
+        let (k, v) = buffers
+            .layers
+            .get(layer)
+            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))?;
+        keys.write(0, &self.gather(k, len)?)?;
+        values.write(0, &self.gather(v, len)?)
     }
 
     fn bytes(&self) -> usize {
-        self.layers.len() * 2 * self.layout.capacity * self.width() * 4
+        self.blocks().len() * self.pool.block_bytes() * 2 * self.layout.n_layers
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -1,8 +1,8 @@
 //! The `gpu` backend on wgpu (Vulkan, Metal, DX12; lavapipe in CI). Its capability is
 //! read from the adapter at start-up; weights are uploaded once per process through
 //! the weight store (block formats repacked to whole words); a compiled partition is a
-//! recorded list of dispatches that each step replays; attention reads a KV cache kept
-//! in GPU memory inside the sequence's cache.
+//! recorded list of dispatches that each step replays; attention reads a paged KV pool
+//! in GPU memory, one sequence or a batch of them per step.
 
 mod attention;
 mod capability;
@@ -23,6 +23,7 @@ use super::{
 };
 use compile::GpuPartition;
 use device::Gpu;
+use kv::KvPools;
 
 /// The GPU's memory space.
 pub const GPU_SPACE: MemorySpace = MemorySpace(1);
@@ -34,6 +35,7 @@ pub(crate) struct GpuBuffer(pub wgpu::Buffer);
 pub struct GpuBackend {
     gpu: Arc<Gpu>,
     capability: Capability,
+    pools: Arc<KvPools>,
 }
 
 /// What `switchyard doctor` shows about the adapter.
@@ -64,6 +66,7 @@ impl GpuBackend {
         Ok(GpuBackend {
             gpu: Arc::new(gpu),
             capability,
+            pools: Arc::default(),
         })
     }
 
@@ -151,6 +154,7 @@ impl Backend for GpuBackend {
     ) -> Result<Box<dyn CompiledPartition>, BackendError> {
         Ok(Box::new(GpuPartition::new(
             self.gpu.clone(),
+            self.pools.clone(),
             self,
             spec,
             weights,

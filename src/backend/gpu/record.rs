@@ -1,6 +1,6 @@
 //! Recording: each graph node becomes a fixed list of dispatches (pipeline, bind group
 //! with its own parameter uniform, workgroup counts) built once at compile time. A run
-//! replays the list; only the step uniform and the inputs change.
+//! replays the list; only the inputs (and attention's per-step row table) change.
 
 use std::sync::Arc;
 
@@ -296,7 +296,6 @@ pub(super) fn record_softmax(
     gpu: &Gpu,
     x: &Operand,
     out: &wgpu::Buffer,
-    step: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>, BackendError> {
     let width = x.shape.last();
     let rows = word("rows", x.shape.numel() / width.max(1))?;
@@ -312,7 +311,7 @@ pub(super) fn record_softmax(
         name: "softmax".into(),
         wgsl: kernels::SOFTMAX.into(),
     };
-    let params = [word("width", width)?, word("width", width)?, 0, gx, rows];
-    let rows_kernel = dispatch(gpu, &source, &params, &[step, out], [gx, gy, 1])?;
+    let params = [word("width", width)?, word("width", width)?, gx, rows];
+    let rows_kernel = dispatch(gpu, &source, &params, &[out], [gx, gy, 1])?;
     Ok(vec![copy, rows_kernel])
 }

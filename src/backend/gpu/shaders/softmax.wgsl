@@ -1,35 +1,26 @@
-// Softmax over rows of `len` elements, `stride` apart; one workgroup per row. Used for
-// the graph's softmax (len = stride = row width) and, in place, for attention scores
-// (len = positions the query sees, from the step uniform).
+// The graph's softmax, in place over rows of `len` elements, `stride` apart; one
+// workgroup per row, the rows folded over `groups_x` workgroups in x. (Attention's
+// scores have their own kernel, attn_softmax.wgsl.)
 struct Params {
     len: u32,
     stride: u32,
-    causal: u32,
-    heads: u32,
+    groups_x: u32,
     rows: u32,
 }
 
-struct Step {
-    kv_len: u32,
-}
-
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read_write> rows: array<f32>;
+@group(0) @binding(1) var<storage, read_write> rows: array<f32>;
 
 var<workgroup> red: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let row = wg.y * p.heads + wg.x;
+    let row = wg.y * p.groups_x + wg.x;
     if (row >= p.rows) {
         return;
     }
     let base = row * p.stride;
-    var len = p.len;
-    if (p.causal != 0u) {
-        len = step.kv_len + wg.y + 1u;
-    }
+    let len = p.len;
     var m = -3.0e38;
     for (var i = t; i < len; i += 64u) {
         m = max(m, rows[base + i]);
