@@ -619,6 +619,88 @@ fn batched_attention_over_the_gpu_pool_matches_the_cpu() {
     batched_attention(&gpu, 12, KvDType::F16, variant);
 }
 
+/// More sequences than the GPU pool's first blocks hold (40 × 2 blocks of 32 positions,
+/// against 64): the pool grows between their prefills, copying the rows it holds and
+/// re-recording the dispatches bound to it, and one batched step over all of them still
+/// matches the CPU.
+#[test]
+fn the_gpu_pool_grows_under_many_sequences_without_losing_rows() {
+    let Some(gpu) = open() else { return };
+    let store = WeightStore::new(Arc::new(Weights::default()));
+    let (cpu_set, gpu_set) = (set(vec![cpu()]), set(vec![cpu(), gpu.clone()]));
+    let variant = AttentionVariant::default();
+    let mut rng = Lcg(17);
+    let mut inputs = |n: usize| {
+        ["q", "k", "v"].map(|name| {
+            let width = if name == "q" { HEADS } else { KV_HEADS } * HEAD_DIM;
+            (
+                name,
+                Tensor::from_f32([n, width], &rng.vec(n * width, 3.0)).unwrap(),
+            )
+        })
+    };
+    let (sequences, prompt) = (40, 33);
+    let cpu_prefill = executor(
+        attention_graph(prompt, variant),
+        &cpu_set,
+        &store,
+        BackendId::CPU,
+    );
+    let gpu_prefill = executor(
+        attention_graph(prompt, variant),
+        &gpu_set,
+        &store,
+        BackendId::GPU,
+    );
+    let mut caches: Vec<(KvCache, KvCache)> = Vec::new();
+    for _ in 0..sequences {
+        let (mut on_cpu, mut on_gpu) = (kv(KvDType::F32), kv(KvDType::F32));
+        let step = inputs(prompt);
+        cpu_prefill
+            .run(&step, &mut StepState::single(&mut on_cpu, 0))
+            .unwrap();
+        gpu_prefill
+            .run(&step, &mut StepState::single(&mut on_gpu, 0))
+            .unwrap();
+        caches.push((on_cpu, on_gpu));
+    }
+    let step = inputs(sequences);
+    let mut outputs = Vec::new();
+    for on_gpu in [false, true] {
+        let (backends, expect) = if on_gpu {
+            (&gpu_set, BackendId::GPU)
+        } else {
+            (&cpu_set, BackendId::CPU)
+        };
+        let exec = executor(
+            attention_graph(sequences, variant),
+            backends,
+            &store,
+            expect,
+        );
+        let segments = caches
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (c, g))| switchyard::backend::Segment {
+                rows: i..i + 1,
+                kv_len: prompt,
+                kv: if on_gpu { g } else { c },
+            })
+            .collect();
+        let mut state = StepState::batch(segments).unwrap();
+        outputs.push(
+            exec.run(&step, &mut state).unwrap()[0]
+                .to_f32_vec()
+                .unwrap(),
+        );
+    }
+    let err = relative_error(&outputs[1], &outputs[0]);
+    assert!(
+        err <= 1e-4,
+        "{sequences} sequences after the pool grew: relative error {err}"
+    );
+}
+
 /// An f16 cache written by the GPU holds exactly the CPU's f16 values: ties to even both
 /// ways, f16 subnormals and their ties, overflow to infinity, signed zero, f32
 /// subnormals. (WGSL leaves pack2x16float's rounding to the device, so the kernel rounds
