@@ -4,7 +4,8 @@
 //! to 8 bits, as both backends do), and embeddings against exact dequantization.
 //! Attention runs a prefill and decode steps, and moves a cache between CPU and GPU
 //! mid-sequence, with f32 and f16 caches; batched steps of several sequences at
-//! different positions, with padding rows, run over the GPU's paged pool. A linear row-split across CPU and GPU
+//! different positions, with padding rows, run over the GPU's paged pool, which grows,
+//! forks and rounds f16 as the CPU does. A linear row-split across CPU and GPU
 //! (co-execution) matches the whole linear within 3e-3.
 #![cfg(feature = "gpu")]
 
