@@ -212,3 +212,23 @@ fn a_shared_prompt_prefix_is_evaluated_once_and_changes_nothing() {
     assert_eq!(prompt_tokens[1], second.len() - reused);
     assert_eq!(done[&1].tokens, alone.tokens, "reuse changed the output");
 }
+
+#[test]
+fn kv_positions_free_follow_the_reservations_under_a_budget() {
+    let (model, runner) = load();
+    let prompt = model.tokenizer.encode_chat("Count to ten.").unwrap();
+    let request = || Request {
+        prompt: prompt.clone(),
+        options: options(&model, 50),
+        sampler: greedy(),
+    };
+    let unbounded = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
+    assert_eq!(unbounded.kv_free(), None);
+    let limits = Limits::parallel(2).unwrap().with_kv_positions(300);
+    let mut scheduler = Scheduler::new(&model.tokenizer, limits);
+    assert_eq!(scheduler.kv_free(), Some(300));
+    scheduler.admit(&runner, 1, request()).unwrap();
+    let reserved = prompt.len() + 50;
+    assert_eq!(scheduler.kv_reserved(), reserved);
+    assert_eq!(scheduler.kv_free(), Some(300 - reserved));
+}

@@ -128,6 +128,11 @@ fn thirty_two_streaming_clients_against_a_queue_of_eight() {
         "{metrics}"
     );
     assert_eq!(metric(&metrics, "switchyard_queue_depth"), Some(0.0));
+    assert_eq!(
+        metric(&metrics, "switchyard_kv_positions_free"),
+        None,
+        "no KV budget, no free-positions gauge"
+    );
     assert_eq!(metric(&metrics, "switchyard_requests_running"), Some(0.0));
     let ttft = metric(&metrics, "switchyard_time_to_first_token_seconds_count");
     assert_eq!(ttft, Some(2.0 * accepted.len() as f64), "{metrics}");
@@ -265,6 +270,12 @@ fn a_small_kv_budget_queues_requests_and_every_one_completes() {
     assert_eq!(
         metric(&metrics, "switchyard_kv_positions_reserved"),
         Some(0.0)
+    );
+    // 2 MiB over the default model's 23 040 bytes a position (30 layers × 3 KV heads ×
+    // 64 dimensions × keys and values × 2 bytes of f16): 91 positions, all free again.
+    assert_eq!(
+        metric(&metrics, "switchyard_kv_positions_free"),
+        Some(((2 << 20) / 23_040) as f64)
     );
     assert_eq!(metric(&metrics, "switchyard_requests_running"), Some(0.0));
     let batch = metric(&metrics, "switchyard_step_sequences_total").unwrap()

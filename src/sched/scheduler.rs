@@ -205,6 +205,14 @@ impl<'t> Scheduler<'t> {
             .fold(0, |sum, s| sum.saturating_add(s.reserved))
     }
 
+    /// KV positions a new request can still reserve under a `--kv-memory` budget
+    /// (`None` without one: then only free slots bound admission).
+    pub fn kv_free(&self) -> Option<usize> {
+        self.limits
+            .kv_positions
+            .map(|budget| budget.saturating_sub(self.kv_reserved()))
+    }
+
     /// Bytes the running sequences' KV caches hold now (blocks shared with the prefix
     /// cache or each other counted once per sequence).
     pub fn kv_bytes(&self) -> usize {

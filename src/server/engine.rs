@@ -320,8 +320,11 @@ impl Engine {
             Ok(report) => {
                 self.metrics.step(report.sequences, report.tokens);
                 self.metrics.prefixes(scheduler.prefix_stats());
-                self.metrics
-                    .kv(scheduler.kv_reserved(), scheduler.kv_bytes());
+                self.metrics.kv(
+                    scheduler.kv_reserved(),
+                    scheduler.kv_bytes(),
+                    scheduler.kv_free(),
+                );
             }
             Err(panic) => {
                 let what = panic

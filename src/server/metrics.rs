@@ -81,6 +81,8 @@ pub(crate) struct Metrics {
     prefixes: Mutex<PrefixStats>,
     kv_reserved: AtomicI64,
     kv_bytes: AtomicI64,
+    /// Positions free under a KV budget; negative without one (not rendered).
+    kv_free: AtomicI64,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
@@ -129,6 +131,7 @@ impl Metrics {
             prefixes: Mutex::new(PrefixStats::default()),
             kv_reserved: AtomicI64::new(0),
             kv_bytes: AtomicI64::new(0),
+            kv_free: AtomicI64::new(-1),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
@@ -163,10 +166,13 @@ impl Metrics {
         self.step_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
-    /// Stores the KV positions the running sequences reserve and the bytes they hold.
-    pub fn kv(&self, reserved: usize, bytes: usize) {
+    /// Stores the KV positions the running sequences reserve, the bytes they hold and,
+    /// under a `--kv-memory` budget, the positions still free.
+    pub fn kv(&self, reserved: usize, bytes: usize, free: Option<usize>) {
         self.kv_reserved.store(reserved as i64, Ordering::Relaxed);
         self.kv_bytes.store(bytes as i64, Ordering::Relaxed);
+        let free = free.map_or(-1, |f| i64::try_from(f).unwrap_or(i64::MAX));
+        self.kv_free.store(free, Ordering::Relaxed);
     }
 
     /// Stores the prefix cache's counters.
@@ -363,7 +369,16 @@ impl Metrics {
                 self.recoveries.load(Ordering::Relaxed) as i64,
             ),
         ];
-        for (name, kind, help, value) in simple.into_iter().chain(prefix).chain(faults) {
+        let free = self.kv_free.load(Ordering::Relaxed);
+        let budget = (free >= 0).then_some((
+            "switchyard_kv_positions_free",
+            "gauge",
+            "KV positions a new request can still reserve under --kv-memory (shown only with it).",
+            free,
+        ));
+        for (name, kind, help, value) in
+            simple.into_iter().chain(prefix).chain(budget).chain(faults)
+        {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
