@@ -113,6 +113,17 @@ fn write_model(path: &std::path::Path, blocks: bool) {
     write_gguf(path, &metadata, &refs).unwrap();
 }
 
+/// The model of [`write_model`] (block-format weights or dense ones), opened, with the
+/// folder that holds its file.
+fn open_model(blocks: bool) -> (tempfile::TempDir, LlamaConfig, Arc<dyn ModelWeights>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    write_model(&path, blocks);
+    let file = GgufFile::open(&path).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    (dir, config, Arc::new(GgufWeights(file)))
+}
+
 /// Logits after the prompt and after each decode token.
 fn run(runner: &mut Runner, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
     let mut seq = runner.new_sequence().unwrap();
@@ -148,12 +159,7 @@ fn compare_plans(blocks: bool, kv_dtype: KvDType) {
     let Some(gpu) = gpu_support::gpu() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("model.gguf");
-    write_model(&path, blocks);
-    let file = GgufFile::open(&path).unwrap();
-    let config = LlamaConfig::from_gguf(&file).unwrap();
-    let weights: Arc<dyn ModelWeights> = Arc::new(GgufWeights(file));
+    let (_dir, config, weights) = open_model(blocks);
     let cpu = || Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
     // No smoothing: the plans must be exactly GPU-only and exactly mixed.
     let policy = Policy {
@@ -252,12 +258,7 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     let Some(gpu) = gpu_support::gpu() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("model.gguf");
-    write_model(&path, true);
-    let file = GgufFile::open(&path).unwrap();
-    let config = LlamaConfig::from_gguf(&file).unwrap();
-    let weights: Arc<dyn ModelWeights> = Arc::new(GgufWeights(file));
+    let (_dir, config, weights) = open_model(true);
     let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
     let set = BackendSet::new(vec![cpu, Arc::new(gpu)]).unwrap();
     let policy = Policy {
@@ -297,20 +298,19 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
         .collect();
     // The first two sequences' prompts, then they decode while the others' prompts join.
     let mut together: Vec<Vec<Vec<f32>>> = vec![Vec::new(); prompts.len()];
+    // One batched step of `work`, whose first sequence is number `first`.
+    let mut step = |work: &mut [Work], first: usize| {
+        for (s, logits) in runner.forward_batch(work).unwrap().into_iter().enumerate() {
+            together[s + first].push(logits);
+        }
+    };
     let (first, rest) = seqs.split_at_mut(2);
     let mut work: Vec<Work> = first
         .iter_mut()
         .zip(&prompts)
         .map(|(seq, p)| Work { seq, tokens: p })
         .collect();
-    for (s, logits) in runner
-        .forward_batch(&mut work)
-        .unwrap()
-        .into_iter()
-        .enumerate()
-    {
-        together[s].push(logits);
-    }
+    step(&mut work, 0);
     let tokens: Vec<[u32; 1]> = (0..2).map(|s| [decode(s, 0)]).collect();
     let mut work: Vec<Work> = first
         .iter_mut()
@@ -322,34 +322,20 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
                 .map(|(seq, p)| Work { seq, tokens: p }),
         )
         .collect();
-    for (s, logits) in runner
-        .forward_batch(&mut work)
-        .unwrap()
-        .into_iter()
-        .enumerate()
-    {
-        together[s].push(logits);
-    }
-    for step in 0..4 {
+    step(&mut work, 0);
+    for turn in 0..4 {
         let tokens: Vec<[u32; 1]> = (0..prompts.len())
-            .map(|s| [decode(s, if s < 2 { step + 1 } else { step })])
+            .map(|s| [decode(s, if s < 2 { turn + 1 } else { turn })])
             .collect();
-        // The first two, a step ahead, have had their four decodes before the last step.
-        let first = if step == 3 { 2 } else { 0 };
+        // The first two, a step ahead, have had their four decodes before the last turn.
+        let first = if turn == 3 { 2 } else { 0 };
         let mut work: Vec<Work> = seqs
             .iter_mut()
             .zip(&tokens)
             .skip(first)
             .map(|(seq, t)| Work { seq, tokens: t })
             .collect();
-        for (s, logits) in runner
-            .forward_batch(&mut work)
-            .unwrap()
-            .into_iter()
-            .enumerate()
-        {
-            together[s + first].push(logits);
-        }
+        step(&mut work, first);
     }
     for (s, (alone, together)) in alone.iter().zip(&together).enumerate() {
         assert_eq!(together.len(), alone.len(), "sequence {s}: steps");

@@ -28,7 +28,10 @@ const BINARY: &str = include_str!("shaders/binary.wgsl");
 /// RMS normalisation, one workgroup per row.
 pub(super) const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
 /// The graph's softmax over rows.
-pub(super) const SOFTMAX: &str = include_str!("shaders/softmax.wgsl");
+pub(super) const SOFTMAX: &str = concat!(
+    include_str!("shaders/softmax.wgsl"),
+    include_str!("shaders/softmax_row.wgsl")
+);
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// Writes a step's keys and values into a layer of the paged pool.
@@ -36,7 +39,10 @@ pub(super) const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
 /// Attention scores of every query against the cached keys.
 pub(super) const ATTN_SCORES: &str = include_str!("shaders/attn_scores.wgsl");
 /// Softmax over each query row's visible scores.
-pub(super) const ATTN_SOFTMAX: &str = include_str!("shaders/attn_softmax.wgsl");
+pub(super) const ATTN_SOFTMAX: &str = concat!(
+    include_str!("shaders/attn_softmax.wgsl"),
+    include_str!("shaders/softmax_row.wgsl")
+);
 /// Attention output: probabilities times cached values.
 pub(super) const ATTN_VALUES: &str = include_str!("shaders/attn_values.wgsl");
 

@@ -1,6 +1,6 @@
 // The graph's softmax, in place over rows of `len` elements, `stride` apart; one
 // workgroup per row, the rows folded over `groups_x` workgroups in x. (Attention's
-// scores have their own kernel, attn_softmax.wgsl.)
+// scores have their own kernel, attn_softmax.wgsl; both end with softmax_row.wgsl.)
 struct Params {
     len: u32,
     stride: u32,
@@ -11,46 +11,11 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> rows: array<f32>;
 
-var<workgroup> red: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = wg.y * p.groups_x + wg.x;
     if (row >= p.rows) {
         return;
     }
-    let base = row * p.stride;
-    let len = p.len;
-    var m = -3.0e38;
-    for (var i = t; i < len; i += 64u) {
-        m = max(m, rows[base + i]);
-    }
-    red[t] = m;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red[t] = max(red[t], red[t + s]);
-        }
-        workgroupBarrier();
-    }
-    let mx = red[0];
-    workgroupBarrier();
-    var sum = 0.0;
-    for (var i = t; i < len; i += 64u) {
-        let e = exp(rows[base + i] - mx);
-        rows[base + i] = e;
-        sum += e;
-    }
-    red[t] = sum;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            red[t] += red[t + s];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / red[0];
-    for (var i = t; i < len; i += 64u) {
-        rows[base + i] *= inv;
-    }
+    softmax_in_place(row * p.stride, p.len, t);
 }
