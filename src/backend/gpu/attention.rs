@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::device::Gpu;
 use super::kernels::{self, Source};
-use super::kv::{GpuKv, KvPools, BLOCK};
+use super::kv::{GpuKv, KvPool, KvPools, BLOCK};
 use super::record::{dispatch, fold, word, Dispatch};
 use super::GPU_SPACE;
 use crate::backend::{BackendError, KvDType, KvLayout, StepState};
@@ -134,9 +134,10 @@ pub(super) struct AttentionSet {
     recorded: Vec<[Dispatch; 4]>,
     bound: Option<Binding>,
     step: Option<StepBuffers>,
-    /// Positions the most-seeing row of the prepared step sees.
-    visible: u32,
 }
+
+/// The dispatch of a node's four that scores positions; its grid follows the step.
+const SCORES: usize = 1;
 
 impl AttentionSet {
     /// The set of `nodes`, bound to nothing until the first step.
@@ -146,21 +147,21 @@ impl AttentionSet {
             recorded: Vec::new(),
             bound: None,
             step: None,
-            visible: 0,
         }
     }
 
     /// Gets every segment's GPU cache ready for this step (blocks for its new
     /// positions; its host rows uploaded where the host held the newest), writes the row
-    /// and block tables, and binds the dispatches to the pool.
+    /// and block tables, and binds the dispatches to the pool. Returns the positions the
+    /// most-seeing row sees, for [`AttentionSet::encode`].
     pub fn prepare(
         &mut self,
         gpu: &Arc<Gpu>,
         pools: &KvPools,
         state: &mut StepState<'_>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<u32, BackendError> {
         let Some(n) = self.nodes.iter().map(|a| a.n).max() else {
-            return Ok(());
+            return Ok(0);
         };
         let segments = state.segments_mut();
         let layout = match segments.first() {
@@ -198,11 +199,14 @@ impl AttentionSet {
                     .ok_or_else(|| {
                         BackendError::KvCache("the GPU space holds a foreign cache".into())
                     })?;
-                kv.reserve(end)?;
+                // Every layer shares the sequence's blocks: take them once.
+                if table.is_none() {
+                    kv.reserve(end)?;
+                    table = Some(kv.table());
+                }
                 if let Some((keys, values)) = host {
                     kv.upload(node.layer, kv_len, keys, values)?;
                 }
-                table.get_or_insert_with(|| kv.table());
             }
             let base = word("block table entries", tables.len())?;
             tables.extend(table.unwrap_or_default());
@@ -211,7 +215,7 @@ impl AttentionSet {
             }
             visible = visible.max(end);
         }
-        self.bind(gpu, pool.buffers(), layout, n)?;
+        self.bind(gpu, &pool, layout, n)?;
         let step = self.step.as_ref().expect("bound above");
         let table_bytes = tables.len() * 4;
         if table_bytes as u64 > step.tables.size() {
@@ -226,22 +230,22 @@ impl AttentionSet {
             gpu.queue
                 .write_buffer(&step.tables, 0, bytemuck::cast_slice(&tables));
         }
-        self.visible = word("visible positions", visible)?;
-        Ok(())
+        word("visible positions", visible)
     }
 
     /// Records every node against `pool` unless already bound to it.
     fn bind(
         &mut self,
         gpu: &Arc<Gpu>,
-        pool: super::kv::PoolBuffers,
+        pool: &KvPool,
         layout: KvLayout,
         n: usize,
     ) -> Result<(), BackendError> {
-        let binding = (pool.key, layout.capacity, layout.dtype == KvDType::F16);
+        let binding = (pool.key(), layout.capacity, layout.dtype == KvDType::F16);
         if self.bound == Some(binding) {
             return Ok(());
         }
+        let pool = pool.buffers();
         let widest = self.nodes.iter().map(|a| a.n * a.heads).max().unwrap_or(0);
         let bytes = widest * layout.capacity * 4;
         if bytes as u64 > gpu.limits.max_storage_buffer_binding_size {
@@ -273,12 +277,12 @@ impl AttentionSet {
     }
 
     /// Adds node `i`'s dispatches for the prepared step to `pass`; the scores cover only
-    /// the positions some row sees.
-    pub fn encode(&self, i: usize, pass: &mut wgpu::ComputePass<'_>) {
+    /// the `visible` positions [`AttentionSet::prepare`] returned.
+    pub fn encode(&self, i: usize, visible: u32, pass: &mut wgpu::ComputePass<'_>) {
         for (k, d) in self.recorded[i].iter().enumerate() {
             let [mut x, y, z] = d.groups;
-            if k == 1 {
-                x = self.visible.div_ceil(64).max(1);
+            if k == SCORES {
+                x = visible.div_ceil(64).max(1);
             }
             pass.set_pipeline(&d.pipeline);
             pass.set_bind_group(0, &d.bind_group, &[]);

@@ -236,7 +236,7 @@ impl CompiledPartition for GpuPartition {
         state: &mut StepState<'_>,
     ) -> Result<Vec<Tensor>, BackendError> {
         let sources = self.check_inputs(inputs)?;
-        self.attention.prepare(&self.gpu, &self.pools, state)?;
+        let visible = self.attention.prepare(&self.gpu, &self.pools, state)?;
         let gpu = &self.gpu;
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for ((source, input), tensor) in sources.iter().zip(&self.inputs).zip(inputs) {
@@ -254,7 +254,7 @@ impl CompiledPartition for GpuPartition {
                             pass.dispatch_workgroups(x, y, z);
                         }
                     }
-                    Work::Attention(i) => self.attention.encode(*i, &mut pass),
+                    Work::Attention(i) => self.attention.encode(*i, visible, &mut pass),
                 }
             }
         }

@@ -70,12 +70,9 @@ struct PoolState {
     generation: u64,
 }
 
-/// What a partition binds: the pool's buffers of one generation.
-#[derive(Clone)]
+/// What a partition binds: the pool's buffers of one generation, per layer keys and
+/// values.
 pub(super) struct PoolBuffers {
-    /// (pool, generation): equal keys mean the same buffers.
-    pub key: (u64, u64),
-    /// Per layer: keys and values.
     pub layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
@@ -88,12 +85,15 @@ impl KvPool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `(pool, generation)`: equal keys mean the same buffers.
+    pub fn key(&self) -> (u64, u64) {
+        (self.id, self.lock().generation)
+    }
+
     /// The buffers as they are now.
     pub fn buffers(&self) -> PoolBuffers {
-        let state = self.lock();
         PoolBuffers {
-            key: (self.id, state.generation),
-            layers: state.layers.clone(),
+            layers: self.lock().layers.clone(),
         }
     }
 
@@ -213,13 +213,14 @@ impl GpuKv {
         let width = self.pool.width;
         let (keys, values) = (keys.read_f32(len), values.read_f32(len));
         let held = keys.len().min(values.len()) / width.max(1);
-        if held < len || self.blocks().len() * BLOCK < len {
+        let blocks = self.blocks();
+        if held < len || blocks.len() * BLOCK < len {
             return Err(BackendError::KvCache(format!(
                 "layer {layer}: {len} positions to upload, but the host holds {held} and the GPU blocks {}",
-                self.blocks().len() * BLOCK
+                blocks.len() * BLOCK
             )));
         }
-        for (b, &block) in self.blocks().iter().enumerate() {
+        for (b, &block) in blocks.iter().enumerate() {
             let rows = b * BLOCK..len.min((b + 1) * BLOCK);
             if rows.is_empty() {
                 break;
