@@ -53,12 +53,10 @@ def stream(writer, out, tensors):
     writer.close()
 
 
-def random_1b(source, out, seed):
+def llama_1b_metadata(reader, writer, source):
+    """Llama-3.2-1B's hyper-parameters into `writer`, and `reader`'s tokenizer (the
+    default model's byte-level BPE) padded with control tokens to its vocabulary."""
     c = LLAMA_1B
-    reader = GGUFReader(source)
-    writer = GGUFWriter(out, "llama")
-    writer.add_name("Switchyard bench model (random weights, Llama-3.2-1B shapes)")
-    writer.add_file_type(1)  # mostly F16
     writer.add_context_length(c["context"])
     writer.add_embedding_length(c["d_model"])
     writer.add_block_count(c["n_layers"])
@@ -90,9 +88,37 @@ def random_1b(source, out, seed):
     writer.add_key_value("tokenizer.ggml.token_type", types, GGUFValueType.ARRAY,
                          sub_type=GGUFValueType.INT32)
 
-    rng = np.random.default_rng(seed)
+
+def llama_1b_tensors(linear):
+    """(name, shape, type) of every tensor of the 1B model: linears and the tied
+    embedding of type `linear`, norms F32."""
+    c = LLAMA_1B
     d, f, hd = c["d_model"], c["d_ffn"], c["head_dim"]
     q, kv = c["n_heads"] * hd, c["n_kv_heads"] * hd
+    f32 = GGMLQuantizationType.F32
+    specs = [("token_embd.weight", (c["vocab"], d), linear)]
+    for b in range(c["n_layers"]):
+        specs += [(f"blk.{b}.attn_norm.weight", (d,), f32),
+                  (f"blk.{b}.attn_q.weight", (q, d), linear),
+                  (f"blk.{b}.attn_k.weight", (kv, d), linear),
+                  (f"blk.{b}.attn_v.weight", (kv, d), linear),
+                  (f"blk.{b}.attn_output.weight", (d, q), linear),
+                  (f"blk.{b}.ffn_norm.weight", (d,), f32),
+                  (f"blk.{b}.ffn_gate.weight", (f, d), linear),
+                  (f"blk.{b}.ffn_up.weight", (f, d), linear),
+                  (f"blk.{b}.ffn_down.weight", (d, f), linear)]
+    specs.append(("output_norm.weight", (d,), f32))
+    return specs
+
+
+def random_1b(source, out, seed):
+    reader = GGUFReader(source)
+    writer = GGUFWriter(out, "llama")
+    writer.add_name("Switchyard bench model (random weights, Llama-3.2-1B shapes)")
+    writer.add_file_type(1)  # mostly F16
+    llama_1b_metadata(reader, writer, source)
+
+    rng = np.random.default_rng(seed)
 
     def linear(rows, cols):
         return lambda: (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
@@ -101,18 +127,7 @@ def random_1b(source, out, seed):
         return lambda: np.ones(n, dtype=np.float32)
 
     f16, f32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
-    specs = [("token_embd.weight", (c["vocab"], d), f16)]
-    for b in range(c["n_layers"]):
-        specs += [(f"blk.{b}.attn_norm.weight", (d,), f32),
-                  (f"blk.{b}.attn_q.weight", (q, d), f16),
-                  (f"blk.{b}.attn_k.weight", (kv, d), f16),
-                  (f"blk.{b}.attn_v.weight", (kv, d), f16),
-                  (f"blk.{b}.attn_output.weight", (d, q), f16),
-                  (f"blk.{b}.ffn_norm.weight", (d,), f32),
-                  (f"blk.{b}.ffn_gate.weight", (f, d), f16),
-                  (f"blk.{b}.ffn_up.weight", (f, d), f16),
-                  (f"blk.{b}.ffn_down.weight", (d, f), f16)]
-    specs.append(("output_norm.weight", (d,), f32))
+    specs = llama_1b_tensors(f16)
     tensors = []
     for name, shape, t in specs:
         n = int(np.prod(shape))

@@ -23,7 +23,6 @@ import sys
 import numpy as np
 
 BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "F16": (1, 2), "F32": (1, 4)}
-LLAMA_1B = dict(d=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, vocab=128256)
 
 
 def pad(n, a=32):
@@ -56,75 +55,28 @@ def write_header(out_dir, name, writer, specs):
     print(f"{name}: {pad(len(data))} header bytes, {offset / 1e6:.1f} MB of weights", file=sys.stderr)
 
 
-def copy_field(writer, field):
-    from gguf import GGUFValueType
-
-    if field.name.startswith("GGUF.") or field.name == "general.architecture":
-        return
-    vtype = field.types[0]
-    if vtype == GGUFValueType.ARRAY:
-        writer.add_key_value(field.name, field.contents(), vtype, sub_type=field.types[-1])
-    else:
-        writer.add_key_value(field.name, field.contents(), vtype)
-
-
 def header(source, out_dir):
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    # make_bench_model.py (beside this file) holds the 1B shapes and imports gguf, which
+    # `fill` must not need.
+    from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType
+    from make_bench_model import copy_field, llama_1b_metadata, llama_1b_tensors
 
     reader = GGUFReader(source)
     for fmt in ("Q4_1", "Q8_0", "F16"):
         name = f"135m-{fmt.lower()}"
         writer = GGUFWriter(f"{out_dir}/{name}.hdr", "llama")
         for field in reader.fields.values():
-            copy_field(writer, field)
+            copy_field(writer, field, skip=("general.architecture",))
         specs = [(t.name, tuple(int(x) for x in reversed(t.shape.tolist())),
                   "F32" if t.tensor_type.name == "F32" else fmt) for t in reader.tensors]
         write_header(out_dir, name, writer, specs)
-    c = LLAMA_1B
-    tokens = list(reader.fields["tokenizer.ggml.tokens"].contents())
-    types = list(reader.fields["tokenizer.ggml.token_type"].contents())
-    extra = c["vocab"] - len(tokens)
-    tokens += [f"<|reserved_special_token_{i}|>" for i in range(extra)]
-    types += [3] * extra  # control tokens: the BPE never produces them
-    q, kv = c["heads"] * c["head_dim"], c["kv_heads"] * c["head_dim"]
-    d, f = c["d"], c["ffn"]
     for fmt in ("Q4_1", "Q8_0", "F16"):
         name = f"1b-{fmt.lower()}"
-        w = GGUFWriter(f"{out_dir}/{name}.hdr", "llama")
-        w.add_context_length(131072)
-        w.add_embedding_length(d)
-        w.add_block_count(c["layers"])
-        w.add_feed_forward_length(f)
-        w.add_head_count(c["heads"])
-        w.add_head_count_kv(c["kv_heads"])
-        w.add_key_length(c["head_dim"])
-        w.add_value_length(c["head_dim"])
-        w.add_rope_dimension_count(c["head_dim"])
-        w.add_rope_freq_base(500000.0)
-        w.add_layer_norm_rms_eps(1e-5)
-        w.add_vocab_size(c["vocab"])
-        for field in reader.fields.values():
-            if field.name.startswith("tokenizer.") and field.name not in (
-                    "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
-                    "tokenizer.ggml.scores", "tokenizer.chat_template"):
-                copy_field(w, field)
-        w.add_key_value("tokenizer.ggml.tokens", tokens, GGUFValueType.ARRAY,
-                        sub_type=GGUFValueType.STRING)
-        w.add_key_value("tokenizer.ggml.token_type", types, GGUFValueType.ARRAY,
-                        sub_type=GGUFValueType.INT32)
-        specs = [("token_embd.weight", (c["vocab"], d), fmt)]
-        for b in range(c["layers"]):
-            specs += [(f"blk.{b}.attn_norm.weight", (d,), "F32"),
-                      (f"blk.{b}.attn_q.weight", (q, d), fmt),
-                      (f"blk.{b}.attn_k.weight", (kv, d), fmt),
-                      (f"blk.{b}.attn_v.weight", (kv, d), fmt),
-                      (f"blk.{b}.attn_output.weight", (d, q), fmt),
-                      (f"blk.{b}.ffn_norm.weight", (d,), "F32"),
-                      (f"blk.{b}.ffn_gate.weight", (f, d), fmt),
-                      (f"blk.{b}.ffn_up.weight", (f, d), fmt),
-                      (f"blk.{b}.ffn_down.weight", (d, f), fmt)]
-        specs.append(("output_norm.weight", (d,), "F32"))
-        write_header(out_dir, name, w, specs)
+        writer = GGUFWriter(f"{out_dir}/{name}.hdr", "llama")
+        llama_1b_metadata(reader, writer, source)
+        specs = [(n, shape, t.name) for n, shape, t in
+                 llama_1b_tensors(GGMLQuantizationType[fmt])]
+        write_header(out_dir, name, writer, specs)
 
 
 def f16_column(value, n):
