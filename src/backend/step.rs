@@ -282,6 +282,8 @@ impl Segment<'_> {
 #[derive(Debug, Default)]
 pub struct StepState<'a> {
     segments: Vec<Segment<'a>>,
+    /// The step's row count when it was padded to a bucket (see [`StepState::padded_to`]).
+    padded_to: Option<usize>,
 }
 
 impl<'a> StepState<'a> {
@@ -298,6 +300,7 @@ impl<'a> StepState<'a> {
                 kv_len,
                 kv,
             }],
+            padded_to: None,
         }
     }
 
@@ -312,7 +315,28 @@ impl<'a> StepState<'a> {
                 w[0].rows, w[1].rows
             )));
         }
-        Ok(StepState { segments })
+        Ok(StepState {
+            segments,
+            padded_to: None,
+        })
+    }
+
+    /// Marks the step as `rows` rows padded past its segments' last row (a graph
+    /// compiled for a bucket of rows). Row-wise work on a matrix of exactly `rows` rows
+    /// may then skip the padding ([`StepState::live_rows`]): those rows come out zero.
+    /// Without it every row is computed.
+    pub fn padded_to(mut self, rows: usize) -> StepState<'a> {
+        self.padded_to = Some(rows);
+        self
+    }
+
+    /// How many leading rows of an `m`-row matrix of this step hold tokens: up to the
+    /// last segment's last row when `m` is the padded row count, else all `m`.
+    pub fn live_rows(&self, m: usize) -> usize {
+        match (self.padded_to, self.segments.last()) {
+            (Some(rows), Some(last)) if rows == m => last.rows.end.min(m),
+            _ => m,
+        }
     }
 
     /// The step's sequences.

@@ -299,7 +299,14 @@ impl Runner {
             (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
             (inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?),
         ];
-        let mut state = StepState::single(&mut seq.kv, start);
+        // The chunk's rows only: the bucket's padding rows attend to nothing and the
+        // CPU does not multiply them.
+        let segment = Segment {
+            rows: 0..chunk.len(),
+            kv_len: start,
+            kv: &mut seq.kv,
+        };
+        let mut state = StepState::batch(vec![segment])?.padded_to(bucket);
         let started = self.coexec.clock.now();
         let outputs = executor.run(&step_inputs, &mut state)?;
         if let Some(index) = gate_arm {
@@ -383,7 +390,7 @@ impl Runner {
                 }
             })
             .collect();
-        let mut state = StepState::batch(segments)?;
+        let mut state = StepState::batch(segments)?.padded_to(bucket);
         let outputs = executor.run(&step_inputs, &mut state);
         drop(state);
         let outputs = match outputs.map_err(StepError::from) {

@@ -227,7 +227,7 @@ impl CompiledPartition for CpuPartition {
         pool.install(|| {
             for run in runs.iter() {
                 if run.len() > 1 {
-                    run_siblings(&steps[run.clone()], inputs, slots)?;
+                    run_siblings(&steps[run.clone()], inputs, slots, state)?;
                     continue;
                 }
                 let step = &steps[run.start];
@@ -312,6 +312,7 @@ fn run_siblings(
     run: &[Step],
     inputs: &[&Tensor],
     slots: &mut [AlignedBytes],
+    state: &StepState<'_>,
 ) -> Result<(), BackendError> {
     let mut outs: Vec<AlignedBytes> = run
         .iter()
@@ -324,13 +325,18 @@ fn run_siblings(
             .filter_map(|s| s.operands[1].packed.as_deref())
             .collect();
         let k = weights.first().map_or(1, |w| w.cols()).max(1);
+        // Padding rows of a bucketed step are not multiplied (they come out zero).
+        let live = state.live_rows(x.len() / k);
         let mut targets = Vec::with_capacity(run.len());
-        for (s, out) in run.iter().zip(&mut outs) {
-            let target = bytemuck::try_cast_slice_mut(&mut out.as_bytes_mut()[..s.bytes])
-                .map_err(|e| BackendError::Device(format!("slot of {} as f32: {e}", s.id)))?;
+        for ((s, out), w) in run.iter().zip(&mut outs).zip(&weights) {
+            let target: &mut [f32] =
+                bytemuck::try_cast_slice_mut(&mut out.as_bytes_mut()[..s.bytes])
+                    .map_err(|e| BackendError::Device(format!("slot of {} as f32: {e}", s.id)))?;
+            let (target, padding) = target.split_at_mut((live * w.rows()).min(target.len()));
+            padding.fill(0.0);
             targets.push(target);
         }
-        packed::matmul_many(&x, x.len() / k, &weights, &mut targets)
+        packed::matmul_many(&x[..live * k], live, &weights, &mut targets)
     })();
     for (s, out) in run.iter().zip(outs) {
         slots[s.slot] = out;

@@ -45,12 +45,17 @@ pub(super) fn run_node(
                 n,
                 k,
             };
-            match w.packed {
-                Some(p) if p.rows() == n && p.cols() == k => {
-                    with_f32_out(dtype, out, |o| packed::matmul(&x, m, p, o))
+            // Padding rows of a bucketed step are not multiplied (they come out zero).
+            let live = state.live_rows(m);
+            let x = &x[..live * k];
+            with_f32_out(dtype, out, |o| {
+                let (o, padding) = o.split_at_mut((live * n).min(o.len()));
+                padding.fill(0.0);
+                match w.packed {
+                    Some(p) if p.rows() == n && p.cols() == k => packed::matmul(x, live, p, o),
+                    _ => matmul(x, live, weight, o),
                 }
-                _ => with_f32_out(dtype, out, |o| matmul(&x, m, weight, o)),
-            }
+            })
         }
         Op::Add | Op::Mul => {
             let (a, b) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?);

@@ -314,3 +314,83 @@ fn embedding_rows_and_packed_weights_release_their_source() {
         );
     }
 }
+
+/// A step padded to a bucket multiplies only its segments' rows: sibling products (one
+/// parallel call) and a single product give the live rows the bits of an unpadded run
+/// and zeros past them; a row count other than the padded one is computed whole.
+#[test]
+fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
+    let (rows, live, k, n) = (8, 5, 64, 32);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [rows, k]).unwrap();
+    let w1 = b.weight("w1", DType::Q4_0, [n, k]).unwrap();
+    let w2 = b.weight("w2", DType::Q4_0, [n, k]).unwrap();
+    let w3 = b.weight("w3", DType::Q8_0, [n, n]).unwrap();
+    let y1 = b.matmul(x, w1).unwrap();
+    let y2 = b.matmul(x, w2).unwrap();
+    let y3 = b.matmul(y1, w3).unwrap();
+    let g = b.finish(vec![y1, y2, y3]).unwrap();
+    // Q4_0 blocks: scale 1/4, nibbles 0..16 twice; Q8_0 blocks: scale 1/8, j - 16.
+    let q4: Vec<u8> = f16::from_f32(0.25)
+        .to_le_bytes()
+        .into_iter()
+        .chain((0..16).map(|j| (j as u8) | (((15 - j) as u8) << 4)))
+        .collect();
+    let q8: Vec<u8> = f16::from_f32(0.125)
+        .to_le_bytes()
+        .into_iter()
+        .chain((0..32).map(|j| (j as i8 - 16) as u8))
+        .collect();
+    let weights = Weights::new(&[
+        ("w1", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
+        (
+            "w2",
+            DType::Q4_0,
+            &[n, k],
+            q4.repeat(n * k / 32).into_iter().rev().collect(),
+        ),
+        ("w3", DType::Q8_0, &[n, n], q8.repeat(n)),
+    ]);
+    let cpu = CpuBackend::new(Some(2)).unwrap();
+    let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
+    let xs: Vec<f32> = (0..rows * k)
+        .map(|i| ((i * 37) % 23) as f32 * 0.1 - 1.1)
+        .collect();
+    let input = Tensor::from_f32([rows, k], &xs).unwrap();
+    let whole: Vec<Vec<f32>> = part
+        .run(&[&input], &mut StepState::stateless())
+        .unwrap()
+        .iter()
+        .map(|t| t.to_f32_vec().unwrap())
+        .collect();
+    assert!(whole
+        .iter()
+        .all(|y| y[live * n..].iter().any(|&v| v != 0.0)));
+    let mut cache = KvCache::new(KvLayout {
+        n_layers: 1,
+        capacity: 16,
+        n_kv_heads: 1,
+        head_dim: 4,
+        dtype: KvDType::F32,
+    })
+    .unwrap();
+    for (padded_to, computed) in [(rows, live), (rows - 1, rows)] {
+        let segment = crate::backend::Segment {
+            rows: 0..live,
+            kv_len: 0,
+            kv: &mut cache,
+        };
+        let mut state = StepState::batch(vec![segment])
+            .unwrap()
+            .padded_to(padded_to);
+        let outs = part.run(&[&input], &mut state).unwrap();
+        for (i, (out, want)) in outs.iter().zip(&whole).enumerate() {
+            let got = out.to_f32_vec().unwrap();
+            assert_eq!(got[..computed * n], want[..computed * n], "output {i}");
+            assert!(
+                got[computed * n..].iter().all(|&v| v == 0.0),
+                "output {i}: padding rows are zero"
+            );
+        }
+    }
+}
