@@ -325,10 +325,11 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
     let x = b.input("x", DType::F32, [rows, k]).unwrap();
     let w1 = b.weight("w1", DType::Q4_0, [n, k]).unwrap();
     let w2 = b.weight("w2", DType::Q4_0, [n, k]).unwrap();
-    let w3 = b.weight("w3", DType::Q8_0, [n, n]).unwrap();
+    let w3 = b.weight("w3", DType::Q8_0, [n, k]).unwrap();
     let y1 = b.matmul(x, w1).unwrap();
     let y2 = b.matmul(x, w2).unwrap();
-    let y3 = b.matmul(y1, w3).unwrap();
+    // Another kind: a product of its own, not one of the siblings.
+    let y3 = b.matmul(x, w3).unwrap();
     let g = b.finish(vec![y1, y2, y3]).unwrap();
     // Q4_0 blocks: scale 1/4, nibbles 0..16 twice; Q8_0 blocks: scale 1/8, j - 16.
     let q4: Vec<u8> = f16::from_f32(0.25)
@@ -349,7 +350,7 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
             &[n, k],
             q4.repeat(n * k / 32).into_iter().rev().collect(),
         ),
-        ("w3", DType::Q8_0, &[n, n], q8.repeat(n)),
+        ("w3", DType::Q8_0, &[n, k], q8.repeat(n * k / 32)),
     ]);
     let cpu = CpuBackend::new(Some(2)).unwrap();
     let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
