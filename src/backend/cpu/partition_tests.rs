@@ -67,6 +67,15 @@ fn compile(
     cpu.compile(&spec, weights)
 }
 
+/// One Q8_0 block: scale 1/8, quant `j - 16` for `j` in `0..32`.
+fn ramp_q8_0_block() -> Vec<u8> {
+    f16::from_f32(0.125)
+        .to_le_bytes()
+        .into_iter()
+        .chain((0..32).map(|j| (j as i8 - 16) as u8))
+        .collect()
+}
+
 #[test]
 fn mlp_block_matches_hand_computation() {
     let (n, d, hidden) = (3, 4, 32);
@@ -90,13 +99,11 @@ fn mlp_block_matches_hand_computation() {
         .iter()
         .flat_map(|&v| f16::from_f32(v).to_le_bytes())
         .collect();
-    // Every Q8_0 block: scale 1/8, quant j - 16 for j in 0..32.
-    let block: Vec<u8> = f16::from_f32(0.125)
-        .to_le_bytes()
+    let up_bytes: Vec<u8> = ramp_q8_0_block()
         .into_iter()
-        .chain((0..32).map(|j| (j as i8 - 16) as u8))
+        .cycle()
+        .take(hidden * 34)
         .collect();
-    let up_bytes: Vec<u8> = block.iter().copied().cycle().take(hidden * 34).collect();
     let weights = Weights::new(&[
         ("norm", DType::F16, &[d], norm),
         ("up", DType::Q8_0, &[hidden, d * 8], up_bytes),
@@ -331,17 +338,13 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
     // Another kind: a product of its own, not one of the siblings.
     let y3 = b.matmul(x, w3).unwrap();
     let g = b.finish(vec![y1, y2, y3]).unwrap();
-    // Q4_0 blocks: scale 1/4, nibbles 0..16 twice; Q8_0 blocks: scale 1/8, j - 16.
+    // Q4_0 blocks: scale 1/4, nibbles 0..16 then 15..=0.
     let q4: Vec<u8> = f16::from_f32(0.25)
         .to_le_bytes()
         .into_iter()
         .chain((0..16).map(|j| (j as u8) | (((15 - j) as u8) << 4)))
         .collect();
-    let q8: Vec<u8> = f16::from_f32(0.125)
-        .to_le_bytes()
-        .into_iter()
-        .chain((0..32).map(|j| (j as i8 - 16) as u8))
-        .collect();
+    let q8 = ramp_q8_0_block();
     let weights = Weights::new(&[
         ("w1", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
         (
