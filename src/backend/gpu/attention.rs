@@ -265,7 +265,7 @@ impl AttentionSet {
             .nodes
             .iter()
             .map(|a| {
-                let layer = pool.layers.get(a.layer).ok_or_else(|| {
+                let layer = pool.get(a.layer).ok_or_else(|| {
                     BackendError::KvCache(format!("the cache has no layer {}", a.layer))
                 })?;
                 a.record(gpu, layer, layout, &step)

@@ -70,12 +70,6 @@ struct PoolState {
     generation: u64,
 }
 
-/// What a partition binds: the pool's buffers of one generation, per layer keys and
-/// values.
-pub(super) struct PoolBuffers {
-    pub layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
-}
-
 impl KvPool {
     fn block_bytes(&self) -> usize {
         BLOCK * self.width * 4
@@ -90,11 +84,18 @@ impl KvPool {
         (self.id, self.lock().generation)
     }
 
-    /// The buffers as they are now.
-    pub fn buffers(&self) -> PoolBuffers {
-        PoolBuffers {
-            layers: self.lock().layers.clone(),
-        }
+    /// Every layer's keys and values buffers as they are now (what a partition binds).
+    pub fn buffers(&self) -> Vec<(wgpu::Buffer, wgpu::Buffer)> {
+        self.lock().layers.clone()
+    }
+
+    /// `layer`'s keys and values buffers as they are now.
+    fn layer(&self, layer: usize) -> Result<(wgpu::Buffer, wgpu::Buffer), BackendError> {
+        self.lock()
+            .layers
+            .get(layer)
+            .cloned()
+            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))
     }
 
     /// Takes `n` free blocks, growing the pool (doubling, copying what it holds on the
@@ -205,11 +206,7 @@ impl GpuKv {
         keys: &KvRows,
         values: &KvRows,
     ) -> Result<(), BackendError> {
-        let buffers = self.pool.buffers();
-        let (k, v) = buffers
-            .layers
-            .get(layer)
-            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))?;
+        let (k, v) = self.pool.layer(layer)?;
         let width = self.pool.width;
         let (keys, values) = (keys.read_f32(len), values.read_f32(len));
         let held = keys.len().min(values.len()) / width.max(1);
@@ -228,8 +225,8 @@ impl GpuKv {
             let at = (block as usize * self.pool.block_bytes()) as u64;
             let span = rows.start * width..rows.end * width;
             let queue = &self.pool.gpu.queue;
-            queue.write_buffer(k, at, bytemuck::cast_slice(&keys[span.clone()]));
-            queue.write_buffer(v, at, bytemuck::cast_slice(&values[span]));
+            queue.write_buffer(&k, at, bytemuck::cast_slice(&keys[span.clone()]));
+            queue.write_buffer(&v, at, bytemuck::cast_slice(&values[span]));
         }
         Ok(())
     }
@@ -291,19 +288,15 @@ impl DeviceKv for GpuKv {
         if len == 0 {
             return Ok(());
         }
-        if len > self.blocks().len() * BLOCK {
+        let held = self.blocks().len() * BLOCK;
+        if len > held {
             return Err(BackendError::KvCache(format!(
-                "the GPU cache holds {} positions, not {len}",
-                self.blocks().len() * BLOCK
+                "the GPU cache holds {held} positions, not {len}"
             )));
         }
-        let buffers = self.pool.buffers();
-        let (k, v) = buffers
-            .layers
-            .get(layer)
-            .ok_or_else(|| BackendError::KvCache(format!("the GPU cache has no layer {layer}")))?;
-        keys.write(0, &self.gather(k, len)?)?;
-        values.write(0, &self.gather(v, len)?)
+        let (k, v) = self.pool.layer(layer)?;
+        keys.write(0, &self.gather(&k, len)?)?;
+        values.write(0, &self.gather(&v, len)?)
     }
 
     fn bytes(&self) -> usize {
