@@ -3,7 +3,7 @@
 //! a backend's memory space.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use half::{bf16, f16};
 
@@ -18,26 +18,90 @@ struct Line([u8; 64]);
 /// Owned bytes on a 64-byte boundary, so they can be viewed as `f32`, `i32`, `f16` or
 /// `bf16`, and so that no 512-bit access splits a cache line and threads writing
 /// disjoint 64-byte-multiple ranges of one buffer share no line.
+///
+/// Allocations of [`SPARE_MIN_LINES`] lines or more are handed back to a few spares
+/// when dropped and reused by the next allocation of the same size (see [`Spares`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AlignedBytes {
     lines: Vec<Line>,
     len: usize,
 }
 
+/// Lines (1 MiB) from which a dropped allocation is kept as a spare.
+const SPARE_MIN_LINES: usize = (1 << 20) / 64;
+
+/// How many spares are kept; the oldest goes when another arrives.
+const SPARES: usize = 4;
+
+/// Recently dropped large allocations, kept for reuse. *Why:* a batched GPU step reads
+/// its logits back into a fresh host buffer every step (16 MiB for 32 sequences of a
+/// 128k vocabulary); glibc serves such sizes with a new `mmap` each time, and faulting
+/// its pages in cost as much as the GPU's whole step (decision 101).
+struct Spares(std::sync::Mutex<Vec<Vec<Line>>>);
+
+static SPARE_LINES: Spares = Spares(std::sync::Mutex::new(Vec::new()));
+
+impl Spares {
+    /// An empty vector with room for exactly `lines` lines: a spare of that capacity
+    /// when one is kept, else a new allocation.
+    fn take(&self, lines: usize) -> Vec<Line> {
+        if lines >= SPARE_MIN_LINES {
+            let mut spares = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(i) = spares.iter().position(|v| v.capacity() == lines) {
+                let mut spare = spares.swap_remove(i);
+                spare.clear();
+                return spare;
+            }
+        }
+        Vec::with_capacity(lines)
+    }
+
+    /// Keeps `lines` as a spare when it is large enough to be worth reusing.
+    fn give(&self, lines: Vec<Line>) {
+        if lines.capacity() >= SPARE_MIN_LINES {
+            let mut spares = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if spares.len() == SPARES {
+                spares.remove(0);
+            }
+            spares.push(lines);
+        }
+    }
+}
+
+impl Drop for AlignedBytes {
+    fn drop(&mut self) {
+        SPARE_LINES.give(std::mem::take(&mut self.lines));
+    }
+}
+
 impl AlignedBytes {
     /// `len` zero bytes.
     pub fn zeroed(len: usize) -> AlignedBytes {
-        AlignedBytes {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-            len,
-        }
+        let mut lines = SPARE_LINES.take(len.div_ceil(64));
+        lines.resize(len.div_ceil(64), Line([0; 64]));
+        AlignedBytes { lines, len }
     }
 
-    /// A copy of `bytes`.
+    /// A copy of `bytes`, written once (no zero fill first: a readback of a batch's
+    /// logits is megabytes a step).
     pub fn copy_from(bytes: &[u8]) -> AlignedBytes {
-        let mut out = AlignedBytes::zeroed(bytes.len());
-        out.as_bytes_mut().copy_from_slice(bytes);
-        out
+        let chunks = bytes.chunks_exact(64);
+        let rest = chunks.remainder();
+        let mut lines = SPARE_LINES.take(bytes.len().div_ceil(64));
+        lines.extend(chunks.map(|chunk| {
+            let mut line = Line([0; 64]);
+            line.0.copy_from_slice(chunk);
+            line
+        }));
+        if !rest.is_empty() {
+            let mut line = Line([0; 64]);
+            line.0[..rest.len()].copy_from_slice(rest);
+            lines.push(line);
+        }
+        AlignedBytes {
+            lines,
+            len: bytes.len(),
+        }
     }
 
     /// The bytes.
@@ -375,6 +439,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_dropped_large_allocation_is_reused_overwritten_or_zeroed() {
+        // A size no other test allocates, so no other thread takes this spare.
+        let len = (1 << 20) + 64 * 7 + 5;
+        let mut first = AlignedBytes::zeroed(len);
+        first.as_bytes_mut().fill(0xab);
+        let at = first.as_bytes().as_ptr();
+        drop(first);
+        let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let copy = AlignedBytes::copy_from(&pattern);
+        assert_eq!(copy.as_bytes().as_ptr(), at, "the spare was not reused");
+        assert_eq!(copy.as_bytes(), &pattern[..]);
+        let fresh = AlignedBytes::copy_from(&pattern);
+        assert_eq!(
+            copy, fresh,
+            "the spare's old bytes past the length are zeroed"
+        );
+        drop(copy);
+        let zeroed = AlignedBytes::zeroed(len);
+        assert_eq!(zeroed.as_bytes().as_ptr(), at, "the spare was not reused");
+        assert!(zeroed.as_bytes().iter().all(|&b| b == 0));
+    }
+
+    #[test]
     fn aligned_bytes_start_on_a_cache_line_and_keep_their_length() {
         for len in [0, 1, 63, 64, 65, 4 * 576, 196_608] {
             let mut bytes = AlignedBytes::zeroed(len);
@@ -382,8 +469,12 @@ mod tests {
             assert!(bytes.as_bytes().iter().all(|&b| b == 0));
             if len > 0 {
                 assert_eq!(bytes.as_bytes().as_ptr() as usize % 64, 0, "{len} bytes");
-                bytes.as_bytes_mut()[len - 1] = 7;
-                assert_eq!(AlignedBytes::copy_from(bytes.as_bytes()), bytes);
+                for (i, b) in bytes.as_bytes_mut().iter_mut().enumerate() {
+                    *b = (i * 31 + 7) as u8;
+                }
+                let copy = AlignedBytes::copy_from(bytes.as_bytes());
+                assert_eq!(copy.as_bytes(), bytes.as_bytes(), "{len} bytes");
+                assert_eq!(copy, bytes, "{len} bytes: the padding is zero as well");
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use wgpu::util::DeviceExt;
 
-use crate::backend::BackendError;
+use crate::backend::{AlignedBytes, BackendError};
 
 /// Why no GPU backend could be opened.
 #[derive(Debug, thiserror::Error)]
@@ -214,13 +214,14 @@ impl Gpu {
     }
 
     /// Copies `bytes` bytes at `offset` of `buffer` back to the host: a copy into a
-    /// mappable staging buffer, one submit, a wait for it, and a map.
+    /// mappable staging buffer, one submit, a wait for it, and a map whose view is
+    /// copied once, straight into the host allocation the caller keeps.
     pub fn read(
         &self,
         buffer: &wgpu::Buffer,
         offset: u64,
         bytes: usize,
-    ) -> Result<Vec<u8>, BackendError> {
+    ) -> Result<AlignedBytes, BackendError> {
         let size = padded(bytes);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
@@ -242,7 +243,7 @@ impl Gpu {
         let view = staging
             .get_mapped_range(..)
             .map_err(|e| BackendError::Device(format!("readback view: {e}")))?;
-        let out = view[..bytes].to_vec();
+        let out = AlignedBytes::copy_from(&view[..bytes]);
         drop(view);
         staging.unmap();
         Ok(out)

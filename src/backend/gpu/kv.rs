@@ -252,7 +252,7 @@ impl GpuKv {
         }
         gpu.queue.submit([encoder.finish()]);
         let bytes = gpu.read(&joined, 0, len * row_bytes)?;
-        Ok(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes))
+        Ok(bytes.view::<f32>().to_vec())
     }
 }
 

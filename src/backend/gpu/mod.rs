@@ -18,8 +18,8 @@ use std::sync::Arc;
 pub use device::GpuError;
 
 use super::{
-    AlignedBytes, Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceBuffer,
-    HostTensor, MemorySpace, PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
+    Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceBuffer, HostTensor,
+    MemorySpace, PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
 };
 use compile::GpuPartition;
 use device::Gpu;
@@ -186,7 +186,7 @@ impl Backend for GpuBackend {
             dtype: tensor.dtype,
             shape: tensor.shape.clone(),
             space: MemorySpace::HOST,
-            data: TensorData::Host(AlignedBytes::copy_from(&bytes)),
+            data: TensorData::Host(bytes),
         })
     }
 }
