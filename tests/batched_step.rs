@@ -135,12 +135,12 @@ fn sixteen_sequences_together_get_the_logits_they_get_alone() {
         sizes.push(work.len());
         let out = batched.forward_batch(&mut work).unwrap();
         drop(work);
-        for ((s, logits), tokens) in picked.iter_mut().zip(out).zip(&next) {
+        for ((s, logits), tokens) in picked.iter_mut().zip(out.iter()).zip(&next) {
             if s.logits.is_empty() && s.prefilled + tokens.len() < s.prompt.len() {
                 s.prefilled += tokens.len();
             } else {
                 s.prefilled = s.prompt.len();
-                s.logits.push(logits);
+                s.logits.push(logits.to_vec());
             }
         }
     }

@@ -300,8 +300,8 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     let mut together: Vec<Vec<Vec<f32>>> = vec![Vec::new(); prompts.len()];
     // One batched step of `work`, whose first sequence is number `first`.
     let mut step = |work: &mut [Work], first: usize| {
-        for (s, logits) in runner.forward_batch(work).unwrap().into_iter().enumerate() {
-            together[s + first].push(logits);
+        for (s, logits) in runner.forward_batch(work).unwrap().iter().enumerate() {
+            together[s + first].push(logits.to_vec());
         }
     };
     let (first, rest) = seqs.split_at_mut(2);

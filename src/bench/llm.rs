@@ -198,7 +198,7 @@ fn time_batch(
             .map(|(seq, tokens)| Work { seq, tokens })
             .collect();
         let logits = runner.forward_batch(&mut work)?;
-        for (n, l) in next.iter_mut().zip(&logits) {
+        for (n, l) in next.iter_mut().zip(logits.iter()) {
             n[0] = argmax(l)?;
         }
     }

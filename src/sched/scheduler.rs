@@ -346,7 +346,7 @@ impl<'t> Scheduler<'t> {
             }
         };
         let mut ended = Vec::new();
-        for (&i, logits) in stepped.iter().zip(&logits) {
+        for (&i, logits) in stepped.iter().zip(logits.iter()) {
             let slot = &mut self.slots[i];
             if slot.next.is_none() {
                 slot.prefilled += plan[i].len();

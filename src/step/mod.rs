@@ -8,11 +8,13 @@ mod arms;
 mod coexec;
 mod error;
 mod failover;
+mod logits;
 mod model;
 mod runner;
 
 pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
 pub use error::StepError;
 pub use failover::Failover;
+pub use logits::BatchLogits;
 pub use model::{inputs, KvShape, StepModel};
 pub use runner::{PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};

@@ -15,7 +15,7 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::{inputs, StepError, StepModel};
+use super::{inputs, BatchLogits, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
 pub const PREFILL_CHUNK: usize = 64;
@@ -326,9 +326,9 @@ impl Runner {
     /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
     /// arms). Several run on the plan one sequence decodes on; their tokens together
     /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
-    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<Vec<Vec<f32>>, StepError> {
+    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<BatchLogits, StepError> {
         if let [one] = work {
-            return Ok(vec![self.forward(one.seq, one.tokens)?]);
+            return Ok(BatchLogits::one(self.forward(one.seq, one.tokens)?));
         }
         if work.is_empty() {
             return Err(StepError::internal("no sequences to evaluate"));
@@ -397,20 +397,11 @@ impl Runner {
             Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
             outputs => outputs?,
         };
-        let (vocab, n) = (self.model.vocab_size(), work.len());
-        let per_sequence = |values: &[f32]| -> Vec<Vec<f32>> {
-            values
-                .chunks_exact(vocab)
-                .take(n)
-                .map(<[f32]>::to_vec)
-                .collect()
-        };
-        // f32 on the host already: read in place, one copy per sequence rather than a
-        // copy of the whole batch's logits first.
-        let logits = match outputs[0].dtype {
-            crate::graph::DType::F32 => per_sequence(outputs[0].host_bytes()?.view::<f32>()),
-            _ => per_sequence(&outputs[0].to_f32_vec()?),
-        };
+        let output = outputs
+            .into_iter()
+            .next()
+            .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
+        let logits = BatchLogits::from_output(output, self.model.vocab_size(), work.len())?;
         for w in work.iter_mut() {
             w.seq.tokens.extend_from_slice(w.tokens);
         }
