@@ -439,18 +439,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn spares_are_taken_by_exact_size_and_the_oldest_is_evicted() {
+        let spares = Spares(std::sync::Mutex::new(Vec::new()));
+        spares.give(Vec::with_capacity(SPARE_MIN_LINES - 1));
+        assert!(lock_len(&spares) == 0, "small allocations are not kept");
+        let sizes: Vec<usize> = (0..=SPARES).map(|i| SPARE_MIN_LINES + i).collect();
+        let at: Vec<*const Line> = sizes
+            .iter()
+            .map(|&n| {
+                let v = Vec::with_capacity(n);
+                let p = v.as_ptr();
+                spares.give(v);
+                p
+            })
+            .collect();
+        assert_eq!(lock_len(&spares), SPARES);
+        let kept = |n: usize| spares.0.lock().unwrap().iter().any(|v| v.capacity() == n);
+        assert!(!kept(sizes[0]), "the oldest was evicted");
+        assert!(sizes[1..].iter().all(|&n| kept(n)));
+        let newest = spares.take(sizes[SPARES]);
+        assert_eq!((newest.as_ptr(), newest.len()), (at[SPARES], 0));
+        assert_eq!(newest.capacity(), sizes[SPARES]);
+    }
+
+    fn lock_len(spares: &Spares) -> usize {
+        spares.0.lock().unwrap().len()
+    }
+
+    #[test]
     fn a_dropped_large_allocation_is_reused_overwritten_or_zeroed() {
-        // A size no other test allocates, so no other thread takes this spare.
+        // A size no other test allocates, so no other thread takes this spare; the
+        // pattern is made first so the drop and the reuse follow each other at once.
         let len = (1 << 20) + 64 * 7 + 5;
+        let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let fresh = AlignedBytes::copy_from(&pattern);
         let mut first = AlignedBytes::zeroed(len);
         first.as_bytes_mut().fill(0xab);
         let at = first.as_bytes().as_ptr();
         drop(first);
-        let pattern: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let copy = AlignedBytes::copy_from(&pattern);
         assert_eq!(copy.as_bytes().as_ptr(), at, "the spare was not reused");
         assert_eq!(copy.as_bytes(), &pattern[..]);
-        let fresh = AlignedBytes::copy_from(&pattern);
         assert_eq!(
             copy, fresh,
             "the spare's old bytes past the length are zeroed"
