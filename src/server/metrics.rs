@@ -81,8 +81,8 @@ pub(crate) struct Metrics {
     prefixes: Mutex<PrefixStats>,
     kv_reserved: AtomicI64,
     kv_bytes: AtomicI64,
-    /// Positions free under a KV budget; negative without one (not rendered).
-    kv_free: AtomicI64,
+    /// Positions free under a KV budget; `None` without one (then not rendered).
+    kv_free: Mutex<Option<usize>>,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
@@ -131,7 +131,7 @@ impl Metrics {
             prefixes: Mutex::new(PrefixStats::default()),
             kv_reserved: AtomicI64::new(0),
             kv_bytes: AtomicI64::new(0),
-            kv_free: AtomicI64::new(-1),
+            kv_free: Mutex::new(None),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
@@ -171,8 +171,7 @@ impl Metrics {
     pub fn kv(&self, reserved: usize, bytes: usize, free: Option<usize>) {
         self.kv_reserved.store(reserved as i64, Ordering::Relaxed);
         self.kv_bytes.store(bytes as i64, Ordering::Relaxed);
-        let free = free.map_or(-1, |f| i64::try_from(f).unwrap_or(i64::MAX));
-        self.kv_free.store(free, Ordering::Relaxed);
+        *lock(&self.kv_free) = free;
     }
 
     /// Stores the prefix cache's counters.
@@ -369,13 +368,14 @@ impl Metrics {
                 self.recoveries.load(Ordering::Relaxed) as i64,
             ),
         ];
-        let free = self.kv_free.load(Ordering::Relaxed);
-        let budget = (free >= 0).then_some((
-            "switchyard_kv_positions_free",
-            "gauge",
-            "KV positions a new request can still reserve under --kv-memory (shown only with it).",
-            free,
-        ));
+        let budget = lock(&self.kv_free).map(|free| {
+            (
+                "switchyard_kv_positions_free",
+                "gauge",
+                "KV positions a new request can still reserve under --kv-memory (shown only with it).",
+                i64::try_from(free).unwrap_or(i64::MAX),
+            )
+        });
         for (name, kind, help, value) in
             simple.into_iter().chain(prefix).chain(budget).chain(faults)
         {
