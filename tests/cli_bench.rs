@@ -94,3 +94,61 @@ fn bench_rejects_zero_reps_and_empty_test_lists() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to measure"));
 }
+
+#[test]
+fn bench_profile_says_where_each_tests_steps_go() {
+    let out = switchyard(&[
+        "bench",
+        "--backends",
+        "cpu",
+        "--prompt-tokens",
+        "8",
+        "--gen-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--profile",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let profile = json["profile"]
+        .as_array()
+        .expect("--profile adds node times");
+    let tests: Vec<&str> = profile
+        .iter()
+        .map(|p| p["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(tests, ["pp8", "tg4"]);
+    // tg4 prefills its 128-token prompt, then steps one row at a time (a warm-up and
+    // one repetition: 8 steps).
+    let steps = profile[1]["steps"].as_array().unwrap();
+    let decode = steps
+        .iter()
+        .find(|s| s["rows"] == 1)
+        .expect("one-row decode steps");
+    assert_eq!(decode["runs"], 8);
+    let ops = decode["ops"].as_array().unwrap();
+    let total = decode["nanos"].as_u64().unwrap();
+    let inside: u64 = ops.iter().map(|o| o["nanos"].as_u64().unwrap()).sum();
+    assert!(inside <= total && inside > total / 2, "{inside} of {total}");
+    let head = ops
+        .iter()
+        .find(|o| o["op"] == "matmul q8_0 [49152, 576]")
+        .expect("the default model's output head");
+    assert_eq!(head["calls"], 8);
+    assert_eq!(head["weight_bytes"], 49152 / 32 * 34 * 576);
+    assert!(ops
+        .iter()
+        .any(|o| o["op"] == "attention" && o["calls"] == 8 * 30));
+
+    let out = switchyard(&["bench", "--arms", "cpu", "--profile"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--profile"));
+}

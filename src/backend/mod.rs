@@ -11,6 +11,7 @@ pub mod fault;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod kv_rows;
+mod profile;
 mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -19,6 +20,7 @@ mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
 pub use kv_rows::{KvBlocks, KvRows, KV_BLOCK};
+pub use profile::{OpLabel, OpProfile, OpTime, RowsProfile};
 pub use set::BackendSet;
 pub use step::{DeviceKv, KvCache, KvDType, KvLayout, Segment, StepState};
 pub use tensor::{
@@ -115,6 +117,11 @@ pub trait Backend: Send + Sync {
     fn import(&self, host: Tensor) -> Result<Tensor, BackendError>;
     /// Moves a tensor of this backend's memory space to the host.
     fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError>;
+    /// The recorder its partitions time their nodes into, where this backend can
+    /// (`switchyard bench --profile`).
+    fn op_profile(&self) -> Option<&OpProfile> {
+        None
+    }
 }
 
 /// A compiled partition, owned by one executor.

@@ -5,13 +5,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::dispatch::run_node;
 use super::packed::{self, PackCache, PackedWeight};
 use super::view::View;
 use crate::backend::{
-    AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, PartitionSpec,
-    Refusal, StepState, Tensor, TensorData, WeightProvider,
+    AlignedBytes, Backend, BackendError, CompiledPartition, HostTensor, MemorySpace, OpLabel,
+    OpProfile, PartitionSpec, Refusal, StepState, Tensor, TensorData, WeightProvider,
 };
 use crate::graph::{DType, Node, Op, Shape, ValueId};
 
@@ -53,6 +54,12 @@ pub(super) struct CpuPartition {
     outputs: Vec<Operand>,
     slots: Vec<AlignedBytes>,
     pool: Arc<rayon::ThreadPool>,
+    /// Where node times go while profiling is on.
+    profile: Arc<OpProfile>,
+    /// Each run's name in the profile.
+    labels: Vec<OpLabel>,
+    /// Rows a run evaluates, the profile's grouping.
+    rows: usize,
 }
 
 impl CpuPartition {
@@ -63,6 +70,7 @@ impl CpuPartition {
         weights: &dyn WeightProvider,
         packs: &PackCache,
         pool: Arc<rayon::ThreadPool>,
+        profile: Arc<OpProfile>,
     ) -> Result<CpuPartition, BackendError> {
         let node_of = |id: ValueId| spec.node(id);
         let mut inputs = Vec::with_capacity(spec.inputs.len());
@@ -165,9 +173,12 @@ impl CpuPartition {
             };
             outputs.push(operand(source, node_of(id)?, id)?);
         }
+        let runs = sibling_runs(&steps);
         Ok(CpuPartition {
+            labels: runs.iter().map(|r| run_label(&steps[r.clone()])).collect(),
+            rows: partition_rows(&inputs, &steps),
             inputs,
-            runs: sibling_runs(&steps),
+            runs,
             steps,
             outputs,
             slots: slot_bytes
@@ -175,6 +186,7 @@ impl CpuPartition {
                 .map(|&b| AlignedBytes::zeroed(b))
                 .collect(),
             pool,
+            profile,
         })
     }
 
@@ -222,33 +234,29 @@ impl CompiledPartition for CpuPartition {
             outputs,
             slots,
             pool,
+            profile,
+            labels,
+            rows,
             ..
         } = self;
+        let timed = profile.enabled();
+        let start = timed.then(Instant::now);
+        let mut times = Vec::with_capacity(if timed { runs.len() } else { 0 });
         pool.install(|| {
             for run in runs.iter() {
+                let began = timed.then(Instant::now);
                 if run.len() > 1 {
                     run_siblings(&steps[run.clone()], inputs, slots, state)?;
-                    continue;
+                } else {
+                    run_step(&steps[run.start], inputs, slots, state)?;
                 }
-                let step = &steps[run.start];
-                let mut out = std::mem::take(&mut slots[step.slot]);
-                let result = {
-                    let views: Vec<View<'_>> = step
-                        .operands
-                        .iter()
-                        .map(|o| view(o, inputs, slots))
-                        .collect();
-                    let target = &mut out.as_bytes_mut()[..step.bytes];
-                    let result = run_node(step.id, &step.node, &views, target, state);
-                    release_looked_up_rows(step, &views);
-                    result
-                };
-                slots[step.slot] = out;
-                result?;
+                if let Some(began) = began {
+                    times.push(began.elapsed());
+                }
             }
             Ok::<(), BackendError>(())
         })?;
-        Ok(outputs
+        let outputs = outputs
             .iter()
             .map(|o| Tensor {
                 dtype: o.dtype,
@@ -256,12 +264,84 @@ impl CompiledPartition for CpuPartition {
                 space: MemorySpace::HOST,
                 data: TensorData::Host(AlignedBytes::copy_from(view(o, inputs, slots).bytes)),
             })
-            .collect())
+            .collect();
+        if let Some(start) = start {
+            profile.record(*rows, start.elapsed(), labels, &times);
+        }
+        Ok(outputs)
     }
 
     fn bytes(&self) -> usize {
         self.slots.iter().map(AlignedBytes::len).sum()
     }
+}
+
+/// Runs one step that is not part of a sibling run.
+fn run_step(
+    step: &Step,
+    inputs: &[&Tensor],
+    slots: &mut [AlignedBytes],
+    state: &mut StepState<'_>,
+) -> Result<(), BackendError> {
+    let mut out = std::mem::take(&mut slots[step.slot]);
+    let result = {
+        let views: Vec<View<'_>> = step
+            .operands
+            .iter()
+            .map(|o| view(o, inputs, slots))
+            .collect();
+        let target = &mut out.as_bytes_mut()[..step.bytes];
+        let result = run_node(step.id, &step.node, &views, target, state);
+        release_looked_up_rows(step, &views);
+        result
+    };
+    slots[step.slot] = out;
+    result
+}
+
+/// What [`OpProfile`] calls a run of steps: the op, and for products the weight's type,
+/// `[rows, columns]` (a sibling run's rows summed) and bytes.
+fn run_label(run: &[Step]) -> OpLabel {
+    let first = &run[0];
+    let weight = match (&first.node.op, first.operands.get(1)) {
+        (Op::MatMul, Some(w)) if matches!(w.source, Source::Weight(_)) => Some(w),
+        _ => None,
+    };
+    let Some(w) = weight else {
+        return OpLabel {
+            op: first.node.op.kind().name().to_string(),
+            weight_bytes: 0,
+        };
+    };
+    let rows: usize = run
+        .iter()
+        .map(|s| s.operands[1].shape.dims().first().copied().unwrap_or(0))
+        .sum();
+    let k = w.shape.dims().last().copied().unwrap_or(0);
+    let times = if run.len() > 1 {
+        format!(" ×{}", run.len())
+    } else {
+        String::new()
+    };
+    OpLabel {
+        op: format!("matmul{times} {} [{rows}, {k}]", w.dtype.name()),
+        weight_bytes: run.iter().map(|s| s.operands[1].bytes as u64).sum(),
+    }
+}
+
+/// Rows (tokens) a run of the partition evaluates: those of its first product's
+/// activations, else of its first input (0 without either).
+fn partition_rows(inputs: &[Operand], steps: &[Step]) -> usize {
+    let leading = |shape: &Shape| {
+        let last = shape.dims().last().copied().unwrap_or(1).max(1);
+        shape.numel() / last
+    };
+    steps
+        .iter()
+        .find(|s| matches!(s.node.op, Op::MatMul))
+        .and_then(|s| s.operands.first())
+        .or(inputs.first())
+        .map_or(0, |o| leading(&o.shape))
 }
 
 /// The steps as runs: each maximal stretch of consecutive [`siblings`], else one step.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::{
     Backend, BackendError, BackendId, Capability, CompiledPartition, HostTensor, MemorySpace,
-    PartitionSpec, ResidentWeight, SharedBytes, Tensor, TensorData, WeightProvider,
+    OpProfile, PartitionSpec, ResidentWeight, SharedBytes, Tensor, TensorData, WeightProvider,
 };
 
 /// The host CPU backend. Weights stay where the loader put them (zero-copy upload)
@@ -28,6 +28,7 @@ pub struct CpuBackend {
     capability: Capability,
     pool: Arc<rayon::ThreadPool>,
     packs: packed::PackCache,
+    profile: Arc<OpProfile>,
 }
 
 impl CpuBackend {
@@ -45,6 +46,7 @@ impl CpuBackend {
             capability: capability::detect(threads),
             pool: Arc::new(pool),
             packs: packed::PackCache::default(),
+            profile: Arc::default(),
         })
     }
 
@@ -145,8 +147,14 @@ impl Backend for CpuBackend {
         spec: &PartitionSpec<'_>,
         weights: &dyn WeightProvider,
     ) -> Result<Box<dyn CompiledPartition>, BackendError> {
-        let partition =
-            compile::CpuPartition::new(self, spec, weights, &self.packs, self.pool.clone())?;
+        let partition = compile::CpuPartition::new(
+            self,
+            spec,
+            weights,
+            &self.packs,
+            self.pool.clone(),
+            self.profile.clone(),
+        )?;
         Ok(Box::new(partition))
     }
 
@@ -158,6 +166,10 @@ impl Backend for CpuBackend {
     fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError> {
         check_host(tensor)?;
         Ok(tensor.clone())
+    }
+
+    fn op_profile(&self) -> Option<&OpProfile> {
+        Some(&self.profile)
     }
 }
 

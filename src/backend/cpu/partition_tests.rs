@@ -398,3 +398,66 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
         }
     }
 }
+
+#[test]
+fn node_times_are_recorded_only_while_profiling() {
+    let (rows, k, n) = (8, 64, 32);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, [rows, k]).unwrap();
+    let w1 = b.weight("w1", DType::Q4_0, [n, k]).unwrap();
+    let w2 = b.weight("w2", DType::Q4_0, [n, k]).unwrap();
+    let w3 = b.weight("w3", DType::Q8_0, [n, k]).unwrap();
+    let y1 = b.matmul(x, w1).unwrap();
+    let y2 = b.matmul(x, w2).unwrap();
+    let y3 = b.matmul(x, w3).unwrap();
+    let act = b.silu(y3).unwrap();
+    let g = b.finish(vec![y1, y2, act]).unwrap();
+    let q4: Vec<u8> = f16::from_f32(0.25)
+        .to_le_bytes()
+        .into_iter()
+        .chain(0..16)
+        .collect();
+    let (q4_bytes, q8_bytes) = (n * k / 32 * 18, n * k / 32 * 34);
+    let weights = Weights::new(&[
+        ("w1", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
+        ("w2", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
+        (
+            "w3",
+            DType::Q8_0,
+            &[n, k],
+            ramp_q8_0_block().repeat(n * k / 32),
+        ),
+    ]);
+    let cpu = CpuBackend::new(Some(2)).unwrap();
+    let profile = cpu.op_profile().expect("the CPU times its nodes");
+    let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
+    let input = Tensor::from_f32([rows, k], &vec![0.5; rows * k]).unwrap();
+    part.run(&[&input], &mut StepState::stateless()).unwrap();
+    assert!(profile.take().is_empty(), "off by default");
+
+    profile.set_enabled(true);
+    for _ in 0..3 {
+        part.run(&[&input], &mut StepState::stateless()).unwrap();
+    }
+    profile.set_enabled(false);
+    part.run(&[&input], &mut StepState::stateless()).unwrap();
+    let got = profile.take();
+    assert_eq!(got.len(), 1, "one row count: {got:?}");
+    let steps = &got[0];
+    assert_eq!((steps.rows, steps.runs), (rows, 3));
+    let ops: Vec<&str> = steps.ops.iter().map(|o| o.label.op.as_str()).collect();
+    assert!(ops.contains(&"matmul q8_0 [32, 64]"), "{ops:?}");
+    assert!(ops.contains(&"silu"), "{ops:?}");
+    // The two Q4_0 products run as one sibling region where the CPU packs them, else
+    // one by one; either way every product's weight is counted once a run.
+    let weight_bytes: u64 = steps
+        .ops
+        .iter()
+        .map(|o| o.label.weight_bytes * o.calls)
+        .sum();
+    assert_eq!(weight_bytes, 3 * (2 * q4_bytes + q8_bytes) as u64);
+    assert!(steps.ops.iter().all(|o| o.calls == 3 && o.nanos > 0));
+    let inside: u64 = steps.ops.iter().map(|o| o.nanos).sum();
+    assert!(inside <= steps.nanos, "nodes inside the run they belong to");
+    assert_eq!(steps.outside_nanos(), steps.nanos - inside);
+}

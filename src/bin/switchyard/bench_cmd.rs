@@ -15,6 +15,7 @@ use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
+use crate::bench_profile;
 use crate::model_args::ModelArgs;
 
 /// Flags of `switchyard bench`.
@@ -59,6 +60,11 @@ pub struct BenchArgs {
     /// Print one JSON object (environment, model, every repetition) instead of a table.
     #[arg(long)]
     json: bool,
+    /// After the timed tests, run each once more with every CPU node timed and show
+    /// where a step's time goes: op, calls per step, µs per call, share of the step and
+    /// weight GB/s of each product (untimed by the tests' numbers).
+    #[arg(long)]
+    profile: bool,
     /// Compare execution arms under the fairness protocol instead: any of `cpu` (CPU
     /// only), `cpu2` (a second CPU-only runner: an A/A control whose ratio to `cpu`
     /// shows the benchmark's own noise floor), `gpu` (the GPU plan), `split` (prefill
@@ -106,6 +112,9 @@ struct Report {
     /// Weight bytes read per decode step × the median tok/s of the `tg` test, GB/s.
     decode_read_gb_s: Option<f64>,
     peak_rss_bytes: Option<u64>,
+    /// With `--profile`: each test's node times.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<Vec<bench_profile::TestProfile>>,
 }
 
 #[derive(Serialize)]
@@ -154,6 +163,9 @@ fn check_flags(args: &BenchArgs) -> Result<()> {
         );
     }
     if !args.arms.is_empty() {
+        if args.profile {
+            bail!("--profile times the tests' nodes and cannot be combined with --arms");
+        }
         if args.rounds == 0 || args.rounds > MAX_ROUNDS {
             bail!(
                 "--rounds {} is out of range: it takes 1 to {MAX_ROUNDS}",
@@ -253,6 +265,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         )?);
     }
     progress.finish_and_clear();
+    let profile = if args.profile {
+        Some(bench_profile::profile_tests(&mut runner, &prompt, &tests)?)
+    } else {
+        None
+    };
 
     let threads = args
         .model
@@ -288,11 +305,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         results,
         decode_read_gb_s,
         peak_rss_bytes: peak_rss_bytes(),
+        profile,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print_table(&report);
+        if let Some(profile) = &report.profile {
+            let others = runner.backends().iter().any(|b| b.op_profile().is_none());
+            bench_profile::print_profiles(profile, others);
+        }
     }
     Ok(())
 }

@@ -1,0 +1,117 @@
+//! `switchyard bench --profile`: after the timed tests, each test runs once more (a
+//! warm-up and one repetition) with the CPU backend timing every node, and a table per
+//! test and row count says where a step's time goes: op, calls per step, µs per call,
+//! share of the step and, for products, the weight bytes read per second. Apart from
+//! the timed tests, so the timers never touch their numbers.
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use switchyard::backend::RowsProfile;
+use switchyard::bench::llm::{run_test, BenchTest};
+use switchyard::step::Runner;
+
+/// The node times of one test's profiled run.
+#[derive(Serialize)]
+pub struct TestProfile {
+    /// The test, as in the results (`pp512`, `tg128`, `tg128x16`).
+    pub test: String,
+    /// One entry per row count the test's steps had (a `tg` test's prompt, then its
+    /// one-row decode steps).
+    pub steps: Vec<RowsProfile>,
+}
+
+/// Runs every test once more with node timing on and returns what each recorded.
+pub fn profile_tests(
+    runner: &mut Runner,
+    prompt: &[u32],
+    tests: &[BenchTest],
+) -> Result<Vec<TestProfile>> {
+    let Some(cpu) = runner
+        .backends()
+        .iter()
+        .find(|b| b.op_profile().is_some())
+        .cloned()
+    else {
+        bail!("--profile: none of this run's backends times its nodes (the CPU does)");
+    };
+    let profile = cpu.op_profile().expect("chosen for having a profile");
+    let mut out = Vec::with_capacity(tests.len());
+    for &test in tests {
+        profile.take();
+        profile.set_enabled(true);
+        let result = run_test(runner, prompt, test, 1, &mut || {});
+        // Off again before a failure propagates.
+        profile.set_enabled(false);
+        let steps = profile.take();
+        result?;
+        out.push(TestProfile {
+            test: test.name(),
+            steps,
+        });
+    }
+    Ok(out)
+}
+
+/// Prints one table per test and row count.
+pub fn print_profiles(profiles: &[TestProfile], others_in_use: bool) {
+    println!(
+        "\nwhere the time goes (one more warm-up and repetition of each test, every CPU \
+         node timed{})",
+        if others_in_use {
+            "; nodes on other backends are not in these tables"
+        } else {
+            ""
+        }
+    );
+    for p in profiles {
+        for steps in &p.steps {
+            print_steps(&p.test, steps);
+        }
+    }
+}
+
+/// One table: the row count's runs, every op, then the time between ops.
+fn print_steps(test: &str, steps: &RowsProfile) {
+    let runs = steps.runs.max(1) as f64;
+    let step_us = steps.nanos as f64 / 1e3 / runs;
+    println!(
+        "\n{test}: {} runs of {} rows, {step_us:.1} µs each",
+        steps.runs, steps.rows
+    );
+    println!(
+        "| {:<36} | {:>10} | {:>10} | {:>6} | {:>7} |",
+        "op", "calls/run", "µs/call", "share", "GB/s"
+    );
+    println!(
+        "| {:-<36} | {:->10} | {:->10} | {:->6} | {:->7} |",
+        ":", ":", ":", ":", ":"
+    );
+    let share = |nanos: u64| 100.0 * nanos as f64 / steps.nanos.max(1) as f64;
+    for op in &steps.ops {
+        let calls = op.calls.max(1) as f64;
+        let gb_s = if op.label.weight_bytes > 0 && op.nanos > 0 {
+            format!(
+                "{:.1}",
+                op.label.weight_bytes as f64 * op.calls as f64 / op.nanos as f64
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "| {:<36} | {:>10.1} | {:>10.2} | {:>5.1}% | {:>7} |",
+            op.label.op,
+            op.calls as f64 / runs,
+            op.nanos as f64 / 1e3 / calls,
+            share(op.nanos),
+            gb_s
+        );
+    }
+    println!(
+        "| {:<36} | {:>10} | {:>10} | {:>5.1}% | {:>7} |",
+        "(between ops, outputs)",
+        "",
+        "",
+        share(steps.outside_nanos()),
+        ""
+    );
+}
