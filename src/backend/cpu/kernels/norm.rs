@@ -31,6 +31,35 @@ fn rows(
     Ok(())
 }
 
+/// Lanes of [`lane_sum`]: independent partial sums, so the compiler keeps them in
+/// vector registers (one sequential f32 sum is a chain of dependent adds it may not
+/// reorder: 576 of them made RMS norm 7 % of a 135M prompt chunk).
+const LANES: usize = 16;
+
+/// `Σ f(v)` over `r`, element `i` into partial sum `i % LANES`, the partial sums then
+/// added pairwise. Depends on the row alone, never on how many rows a call has.
+fn lane_sum(r: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = r.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += f(v);
+    }
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for i in 0..width {
+            acc[i] += acc[i + width];
+        }
+    }
+    acc[0]
+}
+
 /// `out = x / sqrt(mean(x²) + eps) · weight`, per row of `weight.len()`.
 pub(crate) fn rms_norm(
     x: &[f32],
@@ -39,7 +68,7 @@ pub(crate) fn rms_norm(
     out: &mut [f32],
 ) -> Result<(), BackendError> {
     rows(x, weight.len(), out, |r, o| {
-        let mean_sq = r.iter().map(|v| v * v).sum::<f32>() / r.len() as f32;
+        let mean_sq = lane_sum(r, |v| v * v) / r.len() as f32;
         let inv = 1.0 / (mean_sq + eps).sqrt();
         for ((o, &v), &w) in o.iter_mut().zip(r).zip(weight) {
             *o = v * inv * w;
@@ -58,8 +87,8 @@ pub(crate) fn layer_norm(
     check_len("layer_norm bias", bias.len(), weight.len())?;
     rows(x, weight.len(), out, |r, o| {
         let n = r.len() as f32;
-        let mean = r.iter().sum::<f32>() / n;
-        let var = r.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        let mean = lane_sum(r, |v| v) / n;
+        let var = lane_sum(r, |v| (v - mean) * (v - mean)) / n;
         let inv = 1.0 / (var + eps).sqrt();
         for (((o, &v), &w), &b) in o.iter_mut().zip(r).zip(weight).zip(bias) {
             *o = (v - mean) * inv * w + b;
