@@ -91,16 +91,26 @@ pub(crate) fn rope_table(
     angles.update(positions, &t);
     let rotate = |(tok, (o, xs)): (usize, (&mut [f32], &[f32]))| {
         o.copy_from_slice(xs);
-        let angles = &angles.table[tok * half..(tok + 1) * half];
-        for head in o.chunks_mut(head_dim) {
-            for (i, &(sin, cos)) in angles.iter().enumerate() {
-                let (a, b) = match mode {
-                    RopeMode::Normal => (2 * i, 2 * i + 1),
-                    RopeMode::Neox => (i, i + half),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * cos - x1 * sin;
-                head[b] = x0 * sin + x1 * cos;
+        let at = tok * half..(tok + 1) * half;
+        let (sin, cos) = (&angles.sin[at.clone()], &angles.cos[at]);
+        // One loop per pairing, over whole slices, so the compiler vectorizes it.
+        for head in o.chunks_exact_mut(head_dim) {
+            match mode {
+                RopeMode::Normal => {
+                    for ((pair, &s), &c) in head[..2 * half].chunks_exact_mut(2).zip(sin).zip(cos) {
+                        let (x0, x1) = (pair[0], pair[1]);
+                        pair[0] = x0 * c - x1 * s;
+                        pair[1] = x0 * s + x1 * c;
+                    }
+                }
+                RopeMode::Neox => {
+                    let (low, high) = head[..2 * half].split_at_mut(half);
+                    for (((a, b), &s), &c) in low.iter_mut().zip(high).zip(sin).zip(cos) {
+                        let (x0, x1) = (*a, *b);
+                        *a = x0 * c - x1 * s;
+                        *b = x0 * s + x1 * c;
+                    }
+                }
             }
         }
     };
@@ -127,8 +137,8 @@ thread_local! {
     static ANGLES: std::cell::RefCell<Angles> = std::cell::RefCell::default();
 }
 
-/// `(sin, cos)` times `attn_factor` of every pair at every position of one call, and
-/// what they were computed from.
+/// Sine and cosine times `attn_factor` of every pair at every position of one call,
+/// and what they were computed from.
 #[derive(Default)]
 struct Angles {
     positions: Vec<i32>,
@@ -136,11 +146,13 @@ struct Angles {
     freq_scale: f32,
     attn_factor: f32,
     /// `[positions, pairs]`.
-    table: Vec<(f32, f32)>,
+    sin: Vec<f32>,
+    /// `[positions, pairs]`.
+    cos: Vec<f32>,
 }
 
 impl Angles {
-    /// Makes `table` hold the angles of `positions` under `t`, unless it already does
+    /// Makes `sin` and `cos` hold the angles of `positions` under `t`, unless it already does
     /// (compared bit for bit, so NaN parameters always recompute).
     fn update(&mut self, positions: &[i32], t: &RopeTable<'_>) {
         let same = |a: &[f32], b: &[f32]| {
@@ -159,27 +171,32 @@ impl Angles {
         self.inv_freq = t.inv_freq.to_vec();
         (self.freq_scale, self.attn_factor) = (t.freq_scale, t.attn_factor);
         let half = t.inv_freq.len();
-        self.table.clear();
-        self.table.resize(positions.len() * half, (0.0, 0.0));
-        let fill = |(pos, row): (&i32, &mut [(f32, f32)])| {
-            let pos = *pos as f32 * t.freq_scale;
-            for (a, &f) in row.iter_mut().zip(t.inv_freq) {
-                let (sin, cos) = (pos * f).sin_cos();
-                *a = (sin * t.attn_factor, cos * t.attn_factor);
-            }
-        };
+        let len = positions.len() * half;
+        for v in [&mut self.sin, &mut self.cos] {
+            v.clear();
+            v.resize(len, 0.0);
+        }
         if half == 0 {
             return;
         }
-        if self.table.len() >= PARALLEL_MIN / 16 {
+        let fill = |((pos, sin), cos): ((&i32, &mut [f32]), &mut [f32])| {
+            let pos = *pos as f32 * t.freq_scale;
+            for ((s, c), &f) in sin.iter_mut().zip(cos.iter_mut()).zip(t.inv_freq) {
+                let (sine, cosine) = (pos * f).sin_cos();
+                (*s, *c) = (sine * t.attn_factor, cosine * t.attn_factor);
+            }
+        };
+        if len >= PARALLEL_MIN / 16 {
             positions
                 .par_iter()
-                .zip(self.table.par_chunks_mut(half))
+                .zip(self.sin.par_chunks_mut(half))
+                .zip(self.cos.par_chunks_mut(half))
                 .for_each(fill);
         } else {
             positions
                 .iter()
-                .zip(self.table.chunks_mut(half))
+                .zip(self.sin.chunks_mut(half))
+                .zip(self.cos.chunks_mut(half))
                 .for_each(fill);
         }
     }
