@@ -152,8 +152,8 @@ struct Angles {
 }
 
 impl Angles {
-    /// Makes `sin` and `cos` hold the angles of `positions` under `t`, unless it already does
-    /// (compared bit for bit, so NaN parameters always recompute).
+    /// Makes `sin` and `cos` hold the angles of `positions` under `t`, unless they
+    /// already do (parameters compared bit for bit: the same bits give the same table).
     fn update(&mut self, positions: &[i32], t: &RopeTable<'_>) {
         let same = |a: &[f32], b: &[f32]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
