@@ -122,6 +122,14 @@ pub fn peak_rss_bytes() -> Option<u64> {
         .and_then(|t| parse_kib_field(t, "VmHWM"))
 }
 
+/// Resident set size of this process now in bytes (`VmRSS`); `None` where the OS does
+/// not report it.
+pub fn rss_bytes() -> Option<u64> {
+    read("/proc/self/status")
+        .as_deref()
+        .and_then(|t| parse_kib_field(t, "VmRSS"))
+}
+
 /// SIMD features this CPU offers, detected at run time.
 pub fn simd_features() -> Vec<&'static str> {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]

@@ -1,11 +1,13 @@
 //! Benchmarks. In the style of `llama-bench`: the environment stamp ([`env`](mod@env), with
 //! [`sensors`] for power and temperatures), summary statistics ([`stats`]) and
-//! prompt/generation speed of a model ([`llm`]). The fairness protocol of FusionML:
+//! prompt/generation speed of a model ([`llm`]) and the machine's read bandwidth beside it
+//! ([`bandwidth`]). The fairness protocol of FusionML:
 //! [`arm`]s interleaved with seeded shuffles, warm-ups, medians with intervals and speedups
 //! ([`fairness`]), the checks that refuse misleading runs ([`guard`]), and its outputs
 //! ([`report`], [`plot`]).
 
 pub mod arm;
+pub mod bandwidth;
 pub mod env;
 pub mod fairness;
 pub mod guard;

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use switchyard::backend::KvDType;
 
+use switchyard::bench::bandwidth::{BandwidthProbe, PROBE_BYTES};
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
@@ -111,10 +112,24 @@ struct Report {
     results: Vec<TestResult>,
     /// Weight bytes read per decode step × the median tok/s of the `tg` test, GB/s.
     decode_read_gb_s: Option<f64>,
+    /// What the machine read (GB/s) in probes between the `tg` test's runs.
+    read_bandwidth: Option<ReadBandwidth>,
     peak_rss_bytes: Option<u64>,
     /// With `--profile`: each test's node times.
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<Vec<bench_profile::TestProfile>>,
+}
+
+/// Read-bandwidth probes taken between the `tg` test's runs (after each, warm-up
+/// included), with the test's threads.
+#[derive(Serialize)]
+struct ReadBandwidth {
+    /// Bytes each probe read.
+    bytes: usize,
+    /// Each probe's GB/s (the median of its passes).
+    probes_gb_s: Vec<f64>,
+    /// The median probe.
+    median_gb_s: f64,
 }
 
 #[derive(Serialize)]
@@ -253,15 +268,32 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .context("progress bar template")?
             .progress_chars("=> "),
     );
+    let threads = args
+        .model
+        .threads
+        .filter(|&t| t > 0)
+        .unwrap_or(env.cores_logical);
+    // The decode's GB/s means most beside what the machine reads in the same minutes.
+    let mut probe = tests
+        .iter()
+        .any(|t| matches!(t, BenchTest::Generate(_)))
+        .then(|| BandwidthProbe::new(threads, PROBE_BYTES))
+        .flatten();
     let mut results = Vec::with_capacity(tests.len());
     for &test in &tests {
         progress.set_message(test.name());
+        let probing = matches!(test, BenchTest::Generate(_));
         results.push(run_test(
             &mut runner,
             &prompt,
             test,
             args.reps,
-            &mut || progress.inc(1),
+            &mut || {
+                progress.inc(1);
+                if let Some(probe) = probe.as_mut().filter(|_| probing) {
+                    probe.probe();
+                }
+            },
         )?);
     }
     progress.finish_and_clear();
@@ -271,11 +303,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         None
     };
 
-    let threads = args
-        .model
-        .threads
-        .filter(|&t| t > 0)
-        .unwrap_or(env.cores_logical);
     let tensors = TensorMix::of(&model.config, model.weights.as_ref());
     let decode_read_gb_s = results
         .iter()
@@ -304,7 +331,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         reps: args.reps,
         results,
         decode_read_gb_s,
-        peak_rss_bytes: peak_rss_bytes(),
+        read_bandwidth: probe.as_ref().and_then(|p| {
+            Some(ReadBandwidth {
+                bytes: PROBE_BYTES,
+                probes_gb_s: p.results().to_vec(),
+                median_gb_s: p.median_gb_s()?,
+            })
+        }),
+        peak_rss_bytes: probe
+            .as_ref()
+            .map_or_else(peak_rss_bytes, |p| Some(p.peak_rss_bytes())),
         profile,
     };
     if args.json {
@@ -374,8 +410,22 @@ fn print_table(report: &Report) {
             .iter()
             .map(|d| format!("{} {}×", d.dtype, d.tensors))
             .collect();
+        let share = report
+            .read_bandwidth
+            .as_ref()
+            .map_or_else(String::new, |bw| {
+                format!(
+                    ", {:.0} % of the {:.1} GB/s the machine read between its runs \
+                 (median of {} probes of {} MiB)",
+                    100.0 * gb_s / bw.median_gb_s,
+                    bw.median_gb_s,
+                    bw.probes_gb_s.len(),
+                    bw.bytes >> 20
+                )
+            });
         println!(
-            "\ndecode reads {:.1} MB of weights per token ({}): {gb_s:.1} GB/s at the tg median",
+            "\ndecode reads {:.1} MB of weights per token ({}): {gb_s:.1} GB/s at the tg \
+             median{share}",
             mix.decode_read_bytes as f64 / 1e6,
             types.join(", ")
         );
