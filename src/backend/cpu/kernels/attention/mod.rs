@@ -247,29 +247,6 @@ impl<'a> Rows<'a> {
 
 #[cfg(target_arch = "x86_64")]
 impl Rows<'_> {
-    /// Asks for the cache lines holding `16·D` values of position `pos` from offset
-    /// `off` (its first and last byte and every 64 between).
-    #[inline(always)]
-    fn prefetch<const D: usize>(self, pos: usize, off: usize) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let (block, within) = (pos / KV_BLOCK, pos % KV_BLOCK);
-        let (start, bytes) = match self {
-            Rows::F32(b, width) => (
-                b[block][within * width + off..].as_ptr().cast::<u8>(),
-                64 * D,
-            ),
-            Rows::F16(b, width) => (
-                b[block][within * width + off..].as_ptr().cast::<u8>(),
-                32 * D,
-            ),
-        };
-        for at in (0..bytes).step_by(64).chain([bytes - 1]) {
-            // SAFETY: a prefetch reads nothing and never faults; `at < bytes` keeps the
-            // address inside the row.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast()) };
-        }
-    }
-
     /// `16·D` values of position `pos` from offset `off` as f32, in `D` registers.
     ///
     /// # Safety
