@@ -1,15 +1,13 @@
-//! Prompt-prefix reuse: sequences whose prompts were evaluated are remembered at every
-//! whole [`KV_BLOCK`] of their prompt, keyed by a hash of those tokens; a new prompt
-//! that starts with a remembered prefix starts from a fork of it (its KV blocks shared,
-//! not copied) and evaluates only the rest. Least recently used entries go first.
+//! Prompt-prefix reuse: each evaluated prompt is remembered as a sequence holding it; a
+//! new prompt starts from a fork of the remembered one it shares the most leading
+//! tokens with (its KV blocks shared, not copied, but for the block where the two part,
+//! copied when the new sequence first writes into it) and evaluates only the rest, as
+//! `llama-server` reuses a slot's prompt to the token. Least recently used entries go
+//! first.
 
-use std::collections::HashMap;
-
-use crate::backend::KV_BLOCK;
-use crate::cache::fingerprint;
 use crate::step::Sequence;
 
-/// A remembered prefix.
+/// A remembered prompt.
 struct Entry {
     tokens: Vec<u32>,
     seq: Sequence,
@@ -25,23 +23,23 @@ pub struct PrefixStats {
     pub hits: u64,
     /// Prompt tokens not evaluated thanks to hits.
     pub reused_tokens: u64,
-    /// Prefixes held now.
+    /// Prompts held now.
     pub entries: usize,
 }
 
-/// Remembered prompt prefixes, at most `capacity` of them.
+/// Remembered prompts, at most `capacity` of them.
 pub struct PrefixCache {
-    entries: HashMap<u64, Entry>,
+    entries: Vec<Entry>,
     capacity: usize,
     clock: u64,
     stats: PrefixStats,
 }
 
 impl PrefixCache {
-    /// An empty cache holding at most `capacity` prefixes (0 turns reuse off).
+    /// An empty cache holding at most `capacity` prompts (0 turns reuse off).
     pub fn new(capacity: usize) -> PrefixCache {
         PrefixCache {
-            entries: HashMap::new(),
+            entries: Vec::new(),
             capacity,
             clock: 0,
             stats: PrefixStats::default(),
@@ -56,76 +54,74 @@ impl PrefixCache {
         }
     }
 
-    /// Forgets every prefix (their KV rows may be half-written after a failed step);
+    /// Forgets every prompt (their KV rows may be half-written after a failed step);
     /// the counters stay.
     pub fn clear(&mut self) {
         self.entries.clear();
     }
 
-    /// The longest remembered prefix of `prompt` that leaves at least one token to
-    /// evaluate, as a new sequence holding it, with its length.
+    /// The longest prefix of `prompt` a remembered prompt shares, leaving at least one
+    /// token to evaluate, as a new sequence holding it, with its length.
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<(Sequence, usize)> {
         self.stats.lookups += 1;
-        let longest = prompt.len().saturating_sub(1) / KV_BLOCK * KV_BLOCK;
-        for len in (KV_BLOCK..=longest).rev().step_by(KV_BLOCK) {
-            let key = key(&prompt[..len]);
-            let Some(entry) = self.entries.get_mut(&key) else {
-                continue;
-            };
-            if entry.tokens != prompt[..len] {
-                continue;
-            }
-            let Ok(seq) = entry.seq.fork(len) else {
-                continue;
-            };
-            self.clock += 1;
-            entry.used = self.clock;
-            self.stats.hits += 1;
-            self.stats.reused_tokens += len as u64;
-            return Some((seq, len));
-        }
-        None
+        let most = prompt.len().saturating_sub(1);
+        let (at, len) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(at, e)| (at, shared(&e.tokens, prompt).min(most)))
+            .max_by_key(|&(at, len)| (len, self.entries[at].used))
+            .filter(|&(_, len)| len > 0)?;
+        let entry = &mut self.entries[at];
+        let seq = entry.seq.fork(len).ok()?;
+        self.clock += 1;
+        entry.used = self.clock;
+        self.stats.hits += 1;
+        self.stats.reused_tokens += len as u64;
+        Some((seq, len))
     }
 
-    /// Remembers every whole block of `prompt` that `seq` (which has evaluated it) holds.
+    /// Remembers `prompt` as far as `seq` (which has evaluated it) holds it. A
+    /// remembered prompt that already starts with it is only marked used; one that it
+    /// extends (an earlier turn of the same chat) is replaced.
     pub fn insert(&mut self, prompt: &[u32], seq: &mut Sequence) {
-        if self.capacity == 0 {
+        let held = prompt.len().min(seq.len());
+        if self.capacity == 0 || held == 0 {
             return;
         }
-        let held = prompt.len().min(seq.len()) / KV_BLOCK * KV_BLOCK;
-        for len in (KV_BLOCK..=held).step_by(KV_BLOCK) {
-            self.clock += 1;
-            let key = key(&prompt[..len]);
-            match self.entries.get_mut(&key) {
-                Some(e) if e.tokens == prompt[..len] => e.used = self.clock,
-                _ => {
-                    let Ok(fork) = seq.fork(len) else { return };
-                    self.entries.insert(
-                        key,
-                        Entry {
-                            tokens: prompt[..len].to_vec(),
-                            seq: fork,
-                            used: self.clock,
-                        },
-                    );
-                }
-            }
+        let tokens = &prompt[..held];
+        self.clock += 1;
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.tokens.starts_with(tokens))
+        {
+            e.used = self.clock;
+            return;
         }
+        let Ok(fork) = seq.fork(held) else { return };
+        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        self.entries.push(Entry {
+            tokens: tokens.to_vec(),
+            seq: fork,
+            used: self.clock,
+        });
         while self.entries.len() > self.capacity {
             let oldest = self
                 .entries
                 .iter()
+                .enumerate()
                 .min_by_key(|(_, e)| e.used)
-                .map(|(&k, _)| k);
+                .map(|(at, _)| at);
             match oldest {
-                Some(k) => self.entries.remove(&k),
+                Some(at) => self.entries.swap_remove(at),
                 None => break,
             };
         }
     }
 }
 
-/// The hash of a token prefix.
-fn key(tokens: &[u32]) -> u64 {
-    fingerprint(bytemuck::cast_slice(tokens))
+/// How many leading tokens `a` and `b` share.
+fn shared(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

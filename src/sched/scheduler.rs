@@ -162,8 +162,10 @@ pub struct Scheduler<'t> {
     prefixes: PrefixCache,
 }
 
-/// Prompt prefixes a scheduler remembers unless told otherwise.
-pub const DEFAULT_PREFIXES: usize = 256;
+/// Prompts a scheduler remembers for prefix reuse unless told otherwise (each holds
+/// its prompt's KV blocks, shared with whatever forked it: 64 prompts of a few hundred
+/// tokens of the default model hold tens of MiB).
+pub const DEFAULT_PREFIXES: usize = 64;
 
 impl<'t> Scheduler<'t> {
     /// An empty scheduler decoding text with `tokenizer`.

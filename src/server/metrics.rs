@@ -344,7 +344,7 @@ impl Metrics {
             (
                 "switchyard_prefix_cache_entries",
                 "gauge",
-                "Prompt prefixes the cache holds.",
+                "Evaluated prompts the prefix cache holds for reuse.",
                 p.entries as i64,
             ),
         ];
