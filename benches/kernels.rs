@@ -44,6 +44,8 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::F16, 1, 576, 1536),
     (DType::F16, 64, 576, 1536),
     (DType::F16, 1, 576, 49152),
+    (DType::F16, 64, 2048, 8192),
+    (DType::F16, 64, 8192, 2048),
     (DType::BF16, 1, 576, 1536),
     (DType::BF16, 64, 576, 1536),
 ];

@@ -94,12 +94,29 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
     }
 }
 
-/// `G` activation rows against the panel, accumulators in registers.
+/// [`rows_with`], asking for the next panel where the caller gave it.
+///
+/// # Safety
+/// As [`rows_with`].
+#[target_feature(enable = "avx512f,f16c,fma")]
+unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32], out: &mut [f32]) {
+    match w.ahead {
+        Some(_) => rows_with::<G, BF16, true>(w, x, out),
+        None => rows_with::<G, BF16, false>(w, x, out),
+    }
+}
+
+/// `G` activation rows against the panel, accumulators in registers; with `AHEAD`, a
+/// line of `w.ahead` asked for every two columns.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, F16C and FMA; the slices must be as [`panel`] asserts.
 #[target_feature(enable = "avx512f,f16c,fma")]
-unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32], out: &mut [f32]) {
+unsafe fn rows_with<const G: usize, const BF16: bool, const AHEAD: bool>(
+    w: FloatPanel<'_>,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let k = w.k;
     let (wp, xp) = (w.w.as_ptr(), x.as_ptr());
     // Columns c and c + 1 (c even) of the panel's 16 rows.
@@ -123,10 +140,16 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32]
             )
         }
     };
+    let ahead = w.ahead.unwrap_or(w.w).as_ptr();
     let mut even = [_mm512_setzero_ps(); G];
     let mut odd = [_mm512_setzero_ps(); G];
     let mut c = 0;
     while c + 2 <= k {
+        // Two columns are 64 bytes of the panel (f16 and bf16 alike): one line of the
+        // panel to come. A prefetch never faults.
+        if AHEAD {
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(c * PANEL).cast());
+        }
         let (w0, w1) = columns(c);
         for i in 0..G {
             let xi = xp.add(i * k + c);
@@ -172,12 +195,29 @@ fn bf16_panel(w: FloatPanel<'_>, x: &[u32], rows: usize, out: &mut [f32]) {
     }
 }
 
-/// `G` rows of bf16 activation pairs against a bf16 panel.
+/// [`pairs_with`], asking for the next panel where the caller gave it.
+///
+/// # Safety
+/// As [`pairs_with`].
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn pairs_of<const G: usize>(w: FloatPanel<'_>, x: &[u32], out: &mut [f32]) {
+    match w.ahead {
+        Some(_) => pairs_with::<G, true>(w, x, out),
+        None => pairs_with::<G, false>(w, x, out),
+    }
+}
+
+/// `G` rows of bf16 activation pairs against a bf16 panel; with `AHEAD`, two lines of
+/// `w.ahead` asked for every two pairs.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and BF16; the slices must be as [`bf16_panel`] asserts.
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn pairs_of<const G: usize>(w: FloatPanel<'_>, x: &[u32], out: &mut [f32]) {
+unsafe fn pairs_with<const G: usize, const AHEAD: bool>(
+    w: FloatPanel<'_>,
+    x: &[u32],
+    out: &mut [f32],
+) {
     let pairs = w.k.div_ceil(2);
     let (wp, xp) = (w.w.as_ptr(), x.as_ptr());
     // Any 512 bits are a valid `__m512bh`: the bf16 operands are loaded and broadcast as
@@ -186,10 +226,16 @@ unsafe fn pairs_of<const G: usize>(w: FloatPanel<'_>, x: &[u32], out: &mut [f32]
     let bcast = |i: usize, q: usize| {
         std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(*xp.add(i * pairs + q) as i32))
     };
+    let ahead = w.ahead.unwrap_or(w.w).as_ptr();
     let mut even = [_mm512_setzero_ps(); G];
     let mut odd = [_mm512_setzero_ps(); G];
     let mut q = 0;
     while q + 2 <= pairs {
+        // A pair of columns is 64 bytes of the panel: two lines of the panel to come.
+        if AHEAD {
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(q * 2 * PANEL).cast());
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add((q + 1) * 2 * PANEL).cast());
+        }
         let (w0, w1) = (load(q), load(q + 1));
         for i in 0..G {
             even[i] = _mm512_dpbf16_ps(even[i], w0, bcast(i, q));

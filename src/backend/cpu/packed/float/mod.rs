@@ -28,6 +28,12 @@ struct FloatPanel<'a> {
     bf16: bool,
     w: &'a [u16],
     k: usize,
+    /// The next panel (as many values as `w`), for the AVX-512 kernels to ask the
+    /// caches for as they walk `w` (the others take no hint): given on a panel's first
+    /// group of activation rows when more groups follow, since that pass otherwise
+    /// waits on memory for each line while the later groups find it cached (decision
+    /// 107); `None` where one pass per panel streams from memory in order (decode).
+    ahead: Option<&'a [u16]>,
 }
 
 /// Two-byte values stored per row of a panel for `k` columns (bf16: whole pairs).
@@ -161,20 +167,32 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
     let bf16 = first.kind == PackedKind::BF16;
     let (k, cols) = (first.k, stored_columns(bf16, first.k));
     let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
-    let panel = |i: usize, p: usize| FloatPanel {
-        bf16,
-        w: &bytemuck::cast_slice(&ws[i].qs)[p * cols * PANEL..(p + 1) * cols * PANEL],
-        k,
+    let size = cols * PANEL;
+    let panel = |i: usize, p: usize, r0: usize| {
+        let values: &[u16] = bytemuck::cast_slice(&ws[i].qs);
+        let w = &values[p * size..(p + 1) * size];
+        let next = values.get((p + 1) * size..(p + 2) * size);
+        FloatPanel {
+            bf16,
+            w,
+            k,
+            ahead: next.filter(|_| r0 == 0 && m > super::ROW_GROUP),
+        }
     };
     match kernel {
         Kernel::Fma(f) => for_panels(m, &rows, outs, |i, p, r0, rows, o| {
-            f(panel(i, p), &x[r0 * k..(r0 + rows) * k], rows, o);
+            f(panel(i, p, r0), &x[r0 * k..(r0 + rows) * k], rows, o);
         }),
         Kernel::Bf16Dot(f) => {
             let pairs = k.div_ceil(2);
             let xb = bf16_pairs(x, m, k);
             for_panels(m, &rows, outs, |i, p, r0, rows, o| {
-                f(panel(i, p), &xb[r0 * pairs..(r0 + rows) * pairs], rows, o);
+                f(
+                    panel(i, p, r0),
+                    &xb[r0 * pairs..(r0 + rows) * pairs],
+                    rows,
+                    o,
+                );
             });
         }
     }
