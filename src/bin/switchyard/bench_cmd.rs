@@ -33,7 +33,9 @@ pub struct BenchArgs {
         allow_negative_numbers = true
     )]
     prompt_tokens: Vec<usize>,
-    /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test.
+    /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test. The
+    /// machine's read bandwidth is probed after each tgN run (256 MiB, not counted in
+    /// the peak RSS), and the decode's weight GB/s is shown as a share of it.
     #[arg(
         long,
         value_name = "N",
