@@ -45,7 +45,11 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
         let mut r0 = 0;
         if !w.bf16 {
             while rows - r0 >= WIDE_ROWS {
-                wide_rows::<WIDE_ROWS>(w, x, r0, out);
+                // The first pass reads the panel from memory: it asks for the next.
+                match (r0, w.ahead) {
+                    (0, Some(_)) => wide_rows::<WIDE_ROWS, true>(w, x, r0, out),
+                    _ => wide_rows::<WIDE_ROWS, false>(w, x, r0, out),
+                }
                 r0 += WIDE_ROWS;
             }
         }
@@ -191,13 +195,21 @@ unsafe fn half_rows<const G: usize, const BF16: bool>(
 /// against one broadcast, into the row's even- or odd-column accumulators of each half.
 /// Half the broadcasts per FMA of [`half_rows`], the same sums in the same order.
 ///
+/// With `AHEAD`, a line of `w.ahead` is asked for every two columns.
+///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; the slices must be as [`panel`] asserts.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn wide_rows<const G: usize>(w: FloatPanel<'_>, x: &[f32], r0: usize, out: &mut [f32]) {
+unsafe fn wide_rows<const G: usize, const AHEAD: bool>(
+    w: FloatPanel<'_>,
+    x: &[f32],
+    r0: usize,
+    out: &mut [f32],
+) {
     let k = w.k;
     let xp = x.as_ptr().add(r0 * k);
     let wp = w.w.as_ptr();
+    let ahead = w.ahead.unwrap_or(w.w).as_ptr();
     let mut even = [[_mm256_setzero_ps(); 2]; G];
     let mut odd = [[_mm256_setzero_ps(); 2]; G];
     // Column c's 16 weights into each row's accumulator pair `acc` (even or odd).
@@ -211,6 +223,11 @@ unsafe fn wide_rows<const G: usize>(w: FloatPanel<'_>, x: &[f32], r0: usize, out
         }
     };
     for p in 0..k / 2 {
+        // Two columns are 64 bytes of the panel: one line of the next. A prefetch never
+        // faults.
+        if AHEAD {
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(2 * p * PANEL).cast());
+        }
         add_column(&mut even, 2 * p);
         add_column(&mut odd, 2 * p + 1);
     }

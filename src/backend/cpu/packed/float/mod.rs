@@ -28,8 +28,9 @@ struct FloatPanel<'a> {
     bf16: bool,
     w: &'a [u16],
     k: usize,
-    /// The next panel (as many values as `w`), for the AVX-512 kernels to ask the
-    /// caches for as they walk `w` (the others take no hint): given on a panel's first
+    /// The next panel (as many values as `w`), for the kernels to ask the caches for
+    /// as they first walk `w` (AVX-512; AVX2 in its f16 pass over three rows; the
+    /// portable twin takes no hint): given on a panel's first
     /// group of activation rows when more groups follow, since that pass otherwise
     /// waits on memory for each line while the later groups find it cached (decision
     /// 107); `None` where one pass per panel streams from memory in order (decode).
