@@ -10,9 +10,10 @@ fn switchyard(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-#[test]
-fn bench_json_reports_every_test_the_environment_and_memory() {
-    let out = switchyard(&[
+/// `switchyard bench --prompt-tokens 8 --gen-tokens 4 --reps 1 --threads 1 --json`
+/// plus `extra` on the default model: its JSON report, once it succeeded.
+fn bench_json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "bench",
         "--prompt-tokens",
         "8",
@@ -23,13 +24,20 @@ fn bench_json_reports_every_test_the_environment_and_memory() {
         "--threads",
         "1",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = switchyard(&args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn bench_json_reports_every_test_the_environment_and_memory() {
+    let json = bench_json(&[]);
 
     let results = json["results"].as_array().unwrap();
     let names: Vec<&str> = results
@@ -109,27 +117,7 @@ fn bench_rejects_zero_reps_and_empty_test_lists() {
 
 #[test]
 fn bench_profile_says_where_each_tests_steps_go() {
-    let out = switchyard(&[
-        "bench",
-        "--backends",
-        "cpu",
-        "--prompt-tokens",
-        "8",
-        "--gen-tokens",
-        "4",
-        "--reps",
-        "1",
-        "--threads",
-        "1",
-        "--json",
-        "--profile",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = bench_json(&["--backends", "cpu", "--profile"]);
     let profile = json["profile"]
         .as_array()
         .expect("--profile adds node times");

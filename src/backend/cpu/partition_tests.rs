@@ -322,12 +322,11 @@ fn embedding_rows_and_packed_weights_release_their_source() {
     }
 }
 
-/// A step padded to a bucket multiplies only its segments' rows: sibling products (one
-/// parallel call) and a single product give the live rows the bits of an unpadded run
-/// and zeros past them; a row count other than the padded one is computed whole.
-#[test]
-fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
-    let (rows, live, k, n) = (8, 5, 64, 32);
+/// `x [rows, k]` times two Q4_0 weights of `[n, k]` (siblings, one parallel call where
+/// the CPU packs them) and a Q8_0 one (another kind: a product of its own), that last
+/// through `silu` when `act`; with the weights' bytes (Q4_0 blocks: scale 1/4, nibbles
+/// 0..16 then 15..=0, the second weight reversed; Q8_0 ramps).
+fn siblings_and_another(rows: usize, k: usize, n: usize, act: bool) -> (Graph, ValueId, Weights) {
     let mut b = GraphBuilder::new();
     let x = b.input("x", DType::F32, [rows, k]).unwrap();
     let w1 = b.weight("w1", DType::Q4_0, [n, k]).unwrap();
@@ -335,16 +334,16 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
     let w3 = b.weight("w3", DType::Q8_0, [n, k]).unwrap();
     let y1 = b.matmul(x, w1).unwrap();
     let y2 = b.matmul(x, w2).unwrap();
-    // Another kind: a product of its own, not one of the siblings.
-    let y3 = b.matmul(x, w3).unwrap();
+    let mut y3 = b.matmul(x, w3).unwrap();
+    if act {
+        y3 = b.silu(y3).unwrap();
+    }
     let g = b.finish(vec![y1, y2, y3]).unwrap();
-    // Q4_0 blocks: scale 1/4, nibbles 0..16 then 15..=0.
     let q4: Vec<u8> = f16::from_f32(0.25)
         .to_le_bytes()
         .into_iter()
         .chain((0..16).map(|j| (j as u8) | (((15 - j) as u8) << 4)))
         .collect();
-    let q8 = ramp_q8_0_block();
     let weights = Weights::new(&[
         ("w1", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
         (
@@ -353,8 +352,23 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
             &[n, k],
             q4.repeat(n * k / 32).into_iter().rev().collect(),
         ),
-        ("w3", DType::Q8_0, &[n, k], q8.repeat(n * k / 32)),
+        (
+            "w3",
+            DType::Q8_0,
+            &[n, k],
+            ramp_q8_0_block().repeat(n * k / 32),
+        ),
     ]);
+    (g, x, weights)
+}
+
+/// A step padded to a bucket multiplies only its segments' rows: sibling products (one
+/// parallel call) and a single product give the live rows the bits of an unpadded run
+/// and zeros past them; a row count other than the padded one is computed whole.
+#[test]
+fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
+    let (rows, live, k, n) = (8, 5, 64, 32);
+    let (g, x, weights) = siblings_and_another(rows, k, n, false);
     let cpu = CpuBackend::new(Some(2)).unwrap();
     let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
     let xs: Vec<f32> = (0..rows * k)
@@ -402,32 +416,8 @@ fn padding_rows_of_a_bucketed_step_are_not_multiplied() {
 #[test]
 fn node_times_are_recorded_only_while_profiling() {
     let (rows, k, n) = (8, 64, 32);
-    let mut b = GraphBuilder::new();
-    let x = b.input("x", DType::F32, [rows, k]).unwrap();
-    let w1 = b.weight("w1", DType::Q4_0, [n, k]).unwrap();
-    let w2 = b.weight("w2", DType::Q4_0, [n, k]).unwrap();
-    let w3 = b.weight("w3", DType::Q8_0, [n, k]).unwrap();
-    let y1 = b.matmul(x, w1).unwrap();
-    let y2 = b.matmul(x, w2).unwrap();
-    let y3 = b.matmul(x, w3).unwrap();
-    let act = b.silu(y3).unwrap();
-    let g = b.finish(vec![y1, y2, act]).unwrap();
-    let q4: Vec<u8> = f16::from_f32(0.25)
-        .to_le_bytes()
-        .into_iter()
-        .chain(0..16)
-        .collect();
+    let (g, x, weights) = siblings_and_another(rows, k, n, true);
     let (q4_bytes, q8_bytes) = (n * k / 32 * 18, n * k / 32 * 34);
-    let weights = Weights::new(&[
-        ("w1", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
-        ("w2", DType::Q4_0, &[n, k], q4.repeat(n * k / 32)),
-        (
-            "w3",
-            DType::Q8_0,
-            &[n, k],
-            ramp_q8_0_block().repeat(n * k / 32),
-        ),
-    ]);
     let cpu = CpuBackend::new(Some(2)).unwrap();
     let profile = cpu.op_profile().expect("the CPU times its nodes");
     let mut part = compile(&cpu, &g, &[x], &weights).unwrap();
