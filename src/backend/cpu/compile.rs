@@ -243,18 +243,20 @@ impl CompiledPartition for CpuPartition {
         let start = timed.then(Instant::now);
         let mut times = Vec::with_capacity(if timed { runs.len() } else { 0 });
         pool.install(|| {
-            for run in runs.iter() {
-                let began = timed.then(Instant::now);
-                if run.len() > 1 {
-                    run_siblings(&steps[run.clone()], inputs, slots, state)?;
-                } else {
-                    run_step(&steps[run.start], inputs, slots, state)?;
+            super::awake::awake(|| {
+                for run in runs.iter() {
+                    let began = timed.then(Instant::now);
+                    if run.len() > 1 {
+                        run_siblings(&steps[run.clone()], inputs, slots, state)?;
+                    } else {
+                        run_step(&steps[run.start], inputs, slots, state)?;
+                    }
+                    if let Some(began) = began {
+                        times.push(began.elapsed());
+                    }
                 }
-                if let Some(began) = began {
-                    times.push(began.elapsed());
-                }
-            }
-            Ok::<(), BackendError>(())
+                Ok::<(), BackendError>(())
+            })
         })?;
         let outputs = outputs
             .iter()

@@ -1,6 +1,7 @@
 //! The CPU backend: runs every op on the host with f32 kernels, multithreaded by a
 //! rayon pool the backend owns. It is the fallback every plan can rely on.
 
+mod awake;
 mod capability;
 mod compile;
 mod dispatch;
