@@ -99,12 +99,20 @@ const ARGMAX_CHUNK: usize = 64;
 /// sampling`, this project's AVX-512 host): over a millisecond of every 16-stream step,
 /// with the CPU's pool idle.
 pub fn argmax(values: &[f32]) -> Option<usize> {
-    let best = values.iter().map(|&v| total_key(v)).max()?;
-    let holds = |c: &[f32]| c.iter().fold(false, |f, &v| f | (total_key(v) == best));
+    argmax_by_key(values, total_key)
+}
+
+/// Index of the first of `values` with the largest `key`; `None` for no values. The
+/// key is computed inline in both passes, so a transformed maximum (the sanitized one
+/// greedy sampling takes) needs no copy of the values.
+#[inline(always)]
+fn argmax_by_key(values: &[f32], key: impl Fn(f32) -> i32 + Copy) -> Option<usize> {
+    let best = values.iter().map(|&v| key(v)).max()?;
+    let holds = |c: &[f32]| c.iter().fold(false, |f, &v| f | (key(v) == best));
     let chunk = values.chunks(ARGMAX_CHUNK).position(holds)?;
     let within = values[chunk * ARGMAX_CHUNK..]
         .iter()
-        .position(|&v| total_key(v) == best)?;
+        .position(|&v| key(v) == best)?;
     Some(chunk * ARGMAX_CHUNK + within)
 }
 
@@ -163,10 +171,19 @@ impl Sampler {
         if logits.is_empty() {
             return Err(SamplerError::EmptyLogits);
         }
+        let c = self.config;
+        let greedy = c.temperature == 0.0 || c.top_k == 1;
+        if greedy && !self.penalizes() {
+            // The sanitized maximum read in place: no copy of the vocabulary's logits
+            // per stream and step (the same id as below).
+            return match argmax_by_key(logits, |v| total_key(sanitize(v))) {
+                Some(id) if sanitize(logits[id]) > f32::NEG_INFINITY => Ok(id as u32),
+                _ => Err(SamplerError::NoCandidates(logits.len())),
+            };
+        }
         let mut logits: Vec<f32> = logits.iter().copied().map(sanitize).collect();
         self.penalize(&mut logits, history);
-        let c = self.config;
-        if c.temperature == 0.0 || c.top_k == 1 {
+        if greedy {
             // Sanitized logits hold no NaN, so the largest is a candidate unless every
             // logit is -inf.
             return match argmax(&logits) {
@@ -223,11 +240,16 @@ impl Sampler {
         Ok(cands[keep - 1].0)
     }
 
+    /// Whether a repetition penalty applies at all.
+    fn penalizes(&self) -> bool {
+        self.config.repetition_penalty != 1.0 && self.config.repeat_last_n != 0
+    }
+
     /// Applies the repetition penalty once to each distinct id among the last
     /// `repeat_last_n` history entries.
     fn penalize(&self, logits: &mut [f32], history: &[u32]) {
         let c = &self.config;
-        if c.repetition_penalty == 1.0 || c.repeat_last_n == 0 {
+        if !self.penalizes() {
             return;
         }
         let start = history.len().saturating_sub(c.repeat_last_n);
@@ -328,6 +350,47 @@ mod tests {
         }
         assert_eq!(argmax(&[-0.0, 0.0, 0.0]), Some(1));
         assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), Some(0));
+    }
+
+    /// Greedy sampling reads the logits in place; it picks what the copy it replaced
+    /// picked: the total-order maximum of the sanitized logits, ties to the lowest id.
+    #[test]
+    fn greedy_in_place_is_the_maximum_of_the_sanitized_logits() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let special = [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+        ];
+        let mut greedy = sampler(SamplerConfig::default());
+        for len in [1, 2, 63, 64, 65, 200, 49152] {
+            for round in 0..20 {
+                let values: Vec<f32> = (0..len)
+                    .map(|_| match next() % 8 {
+                        0..=4 => (next() % 5) as f32 - 2.0,
+                        5 | 6 => special[(next() % special.len() as u64) as usize],
+                        _ => f32::from_bits(next() as u32),
+                    })
+                    .collect();
+                let sanitized: Vec<f32> = values.iter().copied().map(sanitize).collect();
+                let expected = argmax_by_comparisons(&sanitized)
+                    .filter(|&i| sanitized[i] > f32::NEG_INFINITY)
+                    .map(|i| i as u32);
+                assert_eq!(
+                    greedy.sample(&values, &[]).ok(),
+                    expected,
+                    "len {len}, round {round}"
+                );
+            }
+        }
     }
 
     #[test]
