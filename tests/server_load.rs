@@ -136,6 +136,14 @@ fn thirty_two_streaming_clients_against_a_queue_of_eight() {
     assert_eq!(metric(&metrics, "switchyard_requests_running"), Some(0.0));
     let ttft = metric(&metrics, "switchyard_time_to_first_token_seconds_count");
     assert_eq!(ttft, Some(2.0 * accepted.len() as f64), "{metrics}");
+    // Every step that ran a sequence was timed, and took some time.
+    let timed = metric(&metrics, "switchyard_step_duration_seconds_count").unwrap();
+    let steps = metric(&metrics, "switchyard_steps_total").unwrap();
+    assert!(
+        timed >= 1.0 && timed <= steps,
+        "{timed} timed of {steps} steps"
+    );
+    assert!(metric(&metrics, "switchyard_step_duration_seconds_sum").unwrap() > 0.0);
 }
 
 /// Reads from a streamed response until `needle` has arrived (bounded by the socket's

@@ -311,6 +311,7 @@ impl Engine {
     fn step(&mut self, scheduler: &mut Scheduler<'_>) {
         let runner = &mut self.runner;
         let (jobs, metrics, shutdown) = (&mut self.jobs, &self.metrics, &self.shutdown);
+        let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             scheduler.step(runner, &mut |id, event| {
                 deliver(jobs, metrics, shutdown, id, event)
@@ -318,7 +319,8 @@ impl Engine {
         }));
         match outcome {
             Ok(report) => {
-                self.metrics.step(report.sequences, report.tokens);
+                let seconds = started.elapsed().as_secs_f64();
+                self.metrics.step(report.sequences, report.tokens, seconds);
                 self.metrics.prefixes(scheduler.prefix_stats());
                 self.metrics.kv(
                     scheduler.kv_reserved(),

@@ -20,6 +20,12 @@ const TPOT_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5,
 ];
 
+/// Upper bounds (seconds) of the step-duration buckets: a decode step of one sequence
+/// takes milliseconds, a step of many or a long prompt chunk tens to hundreds.
+const STEP_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
 /// A cumulative histogram with fixed buckets.
 struct Histogram {
     bounds: &'static [f64],
@@ -85,6 +91,7 @@ pub(crate) struct Metrics {
     kv_free: Mutex<Option<usize>>,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
+    step_seconds: Mutex<Histogram>,
     cache: Mutex<CacheSnapshot>,
     gates: Mutex<Vec<GateSnapshot>>,
     failovers: AtomicU64,
@@ -134,6 +141,7 @@ impl Metrics {
             kv_free: Mutex::new(None),
             ttft: Mutex::new(Histogram::new(&TTFT_BUCKETS)),
             tpot: Mutex::new(Histogram::new(&TPOT_BUCKETS)),
+            step_seconds: Mutex::new(Histogram::new(&STEP_BUCKETS)),
             cache: Mutex::new(CacheSnapshot::default()),
             gates: Mutex::new(Vec::new()),
             failovers: AtomicU64::new(0),
@@ -157,8 +165,14 @@ impl Metrics {
         self.running.fetch_add(delta, Ordering::Relaxed);
     }
 
-    /// Records a batched step of `sequences` sequences evaluating `tokens` tokens.
-    pub fn step(&self, sequences: usize, tokens: usize) {
+    /// Records a batched step of `sequences` sequences evaluating `tokens` tokens that
+    /// took `seconds` (model, sampling and delivery: every running stream waits that long
+    /// for its next token, so the histogram's tail is the server's side of inter-token
+    /// latency; a step with no sequence to run is not timed).
+    pub fn step(&self, sequences: usize, tokens: usize, seconds: f64) {
+        if sequences > 0 {
+            lock(&self.step_seconds).observe(seconds);
+        }
         self.batch_size.store(sequences as i64, Ordering::Relaxed);
         self.steps.fetch_add(1, Ordering::Relaxed);
         self.step_sequences
@@ -392,6 +406,11 @@ impl Metrics {
             "switchyard_time_per_output_token_seconds",
             "Mean decode time per generated token, one observation per generation.",
         );
+        lock(&self.step_seconds).write(
+            &mut out,
+            "switchyard_step_duration_seconds",
+            "Wall time of each engine step (model, sampling, delivery); a running stream's time between tokens.",
+        );
         self.render_cache(&mut out);
         self.render_gates(&mut out);
         out
@@ -481,7 +500,7 @@ mod tests {
         m.request("/v1/completions", 429);
         m.generation(5, 3, FinishReason::Length, 0.3, Some(0.07));
         m.queue_add(2);
-        m.step(4, 67);
+        m.step(4, 67, 0.012);
         m.prefixes(PrefixStats {
             lookups: 3,
             hits: 2,
@@ -509,6 +528,9 @@ mod tests {
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.5\"} 1",
             "switchyard_time_to_first_token_seconds_bucket{le=\"0.25\"} 0",
             "switchyard_time_per_output_token_seconds_count 1",
+            "switchyard_step_duration_seconds_bucket{le=\"0.01\"} 0",
+            "switchyard_step_duration_seconds_bucket{le=\"0.0125\"} 1",
+            "switchyard_step_duration_seconds_count 1",
             "switchyard_graph_cache_compiles_total 0",
             "switchyard_graph_cache_phase_lookups_total{phase=\"decode\",outcome=\"hit\"} 0",
             "switchyard_coexec_active_arm{bucket=\"64\",arm=\"split\"} 1",
