@@ -60,6 +60,11 @@ pub(super) struct CpuPartition {
     labels: Vec<OpLabel>,
     /// Rows a run evaluates, the profile's grouping.
     rows: usize,
+    /// Whether a run keeps the pool's other workers awake ([`super::awake`]): only
+    /// where there are several parallel regions (products, attention) to wait between;
+    /// a partition of a few small ops (a GPU plan's CPU side) would pay a wake-up for
+    /// nothing.
+    keep_awake: bool,
 }
 
 impl CpuPartition {
@@ -174,7 +179,12 @@ impl CpuPartition {
             outputs.push(operand(source, node_of(id)?, id)?);
         }
         let runs = sibling_runs(&steps);
+        let parallel = steps
+            .iter()
+            .filter(|s| matches!(s.node.op, Op::MatMul | Op::Attention { .. }))
+            .count();
         Ok(CpuPartition {
+            keep_awake: parallel >= 2,
             labels: runs.iter().map(|r| run_label(&steps[r.clone()])).collect(),
             rows: partition_rows(&inputs, &steps),
             inputs,
@@ -236,27 +246,33 @@ impl CompiledPartition for CpuPartition {
             pool,
             profile,
             labels,
+            keep_awake,
             rows,
             ..
         } = self;
         let timed = profile.enabled();
         let start = timed.then(Instant::now);
         let mut times = Vec::with_capacity(if timed { runs.len() } else { 0 });
-        pool.install(|| {
-            super::awake::awake(|| {
-                for run in runs.iter() {
-                    let began = timed.then(Instant::now);
-                    if run.len() > 1 {
-                        run_siblings(&steps[run.clone()], inputs, slots, state)?;
-                    } else {
-                        run_step(&steps[run.start], inputs, slots, state)?;
-                    }
-                    if let Some(began) = began {
-                        times.push(began.elapsed());
-                    }
+        let mut body = || {
+            for run in runs.iter() {
+                let began = timed.then(Instant::now);
+                if run.len() > 1 {
+                    run_siblings(&steps[run.clone()], inputs, slots, state)?;
+                } else {
+                    run_step(&steps[run.start], inputs, slots, state)?;
                 }
-                Ok::<(), BackendError>(())
-            })
+                if let Some(began) = began {
+                    times.push(began.elapsed());
+                }
+            }
+            Ok::<(), BackendError>(())
+        };
+        pool.install(|| {
+            if *keep_awake {
+                super::awake::awake(body)
+            } else {
+                body()
+            }
         })?;
         let outputs = outputs
             .iter()
