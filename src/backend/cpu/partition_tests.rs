@@ -240,14 +240,25 @@ impl crate::backend::ByteOwner for Recording {
 }
 
 /// A small weight read from a file map is copied when uploaded, and its pages given
-/// back; a large one (or one that owns its bytes) is aliased.
+/// back; a large one (or one that owns its bytes) is aliased, and so is a small matrix
+/// of a type this CPU packs (the packer reads it once; a copy would sit beside the
+/// packed form).
 #[test]
 fn small_mapped_weights_are_copied_on_upload() {
     let cpu = CpuBackend::new(Some(1)).unwrap();
-    for (len, file_map, copied) in [
-        (4096, true, true),
-        (1 << 20, true, false),
-        (4096, false, false),
+    let q8_matrix = 16 * 34;
+    for (len, file_map, dtype, shape, copied) in [
+        (4096, true, DType::F32, vec![1024], true),
+        (1 << 20, true, DType::F32, vec![1 << 18], false),
+        (4096, false, DType::F32, vec![1024], false),
+        (4096, true, DType::F32, vec![32, 32], true),
+        (
+            q8_matrix,
+            true,
+            DType::Q8_0,
+            vec![16, 32],
+            !super::packed::packs(DType::Q8_0),
+        ),
     ] {
         let owner = std::sync::Arc::new(Recording {
             bytes: vec![7; len],
@@ -255,7 +266,7 @@ fn small_mapped_weights_are_copied_on_upload() {
             file_map,
         });
         let data = SharedBytes::new(owner.clone(), 0, len).unwrap();
-        let w = HostTensor::new(DType::F32, Shape::new([len / 4]), data).unwrap();
+        let w = HostTensor::new(dtype, Shape::new(shape), data).unwrap();
         let resident = cpu.upload(&w).unwrap();
         let host = resident.handle.downcast_ref::<HostTensor>().unwrap();
         assert_eq!(host.data.as_bytes(), w.data.as_bytes());

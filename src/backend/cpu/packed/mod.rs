@@ -674,6 +674,12 @@ fn kernel() -> Option<PanelFn> {
     }
 }
 
+/// Whether a matmul weight of `dtype` is packed on this CPU (and its source then read
+/// only once, while packing).
+pub(crate) fn packs(dtype: DType) -> bool {
+    PackedKind::of(dtype).is_some_and(available)
+}
+
 /// Whether this CPU has packed kernels for `kind` (so packing such a weight pays).
 fn available(kind: PackedKind) -> bool {
     if kind.is_float() {
