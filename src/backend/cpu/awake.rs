@@ -7,25 +7,40 @@
 //! the pool's jobs as they appear ([`rayon::yield_now`]) and otherwise yields the
 //! core (to the OS, so a server's other threads still run), never sleeping until the
 //! run ends. Which thread runs a job never changes its result.
+//!
+//! Why this cannot hang: a helper returns only when the run ends, so it must never
+//! start inside a job the run waits for. The helpers are pushed before any of the
+//! run's jobs, and rayon steals oldest first, so every helper is taken before any job
+//! is: by an idle thread, at the bottom of its stack, or by the run's own thread
+//! (which returns from it at once). Two runs on one pool at once could each take the
+//! other's helper inside a job and wait on each other, so only one run at a time per
+//! pool keeps helpers (the others just run).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs `f` on the current pool with its other workers kept awake until `f` returns.
-/// Outside a pool, or in a pool of one thread, it just runs `f`.
-pub(crate) fn awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+/// `held` is the pool's flag that a run holds helpers; while another run holds it,
+/// outside a pool, or in a pool of one thread, it just runs `f`.
+pub(crate) fn awake<R: Send>(held: &AtomicBool, f: impl FnOnce() -> R + Send) -> R {
     let Some(me) = rayon::current_thread_index() else {
         return f();
     };
     let threads = rayon::current_num_threads();
-    if threads < 2 {
+    if threads < 2
+        || held
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
         return f();
     }
+    // Given back after the scope, that is once every helper has returned.
+    let _release = StoreOnDrop(held, false);
     let done = AtomicBool::new(false);
     rayon::in_place_scope(|scope| {
         for _ in 1..threads {
             scope.spawn(|_| {
-                // A helper popped by the thread running `f` (while it waits inside a
-                // region) would spin on `done`, which only that thread sets.
+                // Popped by the thread running `f` (while it waits inside a region),
+                // it would spin on `done`, which only that thread sets.
                 if rayon::current_thread_index() == Some(me) {
                     return;
                 }
@@ -38,22 +53,24 @@ pub(crate) fn awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         }
         // Set on return and on unwinding alike: a panic in `f` must not leave the
         // helpers spinning while the scope waits for them.
-        let _done = SetOnDrop(&done);
+        let _done = StoreOnDrop(&done, true);
         f()
     })
 }
 
-/// Sets its flag when dropped.
-struct SetOnDrop<'a>(&'a AtomicBool);
+/// Stores its value in its flag when dropped.
+struct StoreOnDrop<'a>(&'a AtomicBool, bool);
 
-impl Drop for SetOnDrop<'_> {
+impl Drop for StoreOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
+        self.0.store(self.1, Ordering::Release);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
+
     use super::awake;
 
     fn pool(name: &'static str) -> rayon::ThreadPool {
@@ -86,6 +103,8 @@ mod tests {
     fn the_other_worker_stays_awake_only_inside() {
         use std::time::{Duration, Instant};
         let pool = pool("awk");
+        // Every worker started (and named) before its state is read.
+        pool.broadcast(|_| ());
         // Whichever worker runs the closure, its sibling is the other name.
         let sibling = || match rayon::current_thread_index() {
             Some(0) => "awk-1",
@@ -104,25 +123,76 @@ mod tests {
             }
             seen
         };
-        let inside = pool.install(|| awake(|| watch(&|seen| seen.len() == 50)));
+        let held = AtomicBool::new(false);
+        let inside = pool.install(|| awake(&held, || watch(&|seen| seen.len() == 50)));
         assert!(inside.iter().all(|&s| s == Some('R')), "{inside:?}");
         let outside = pool.install(|| watch(&|seen| seen.last() == Some(&Some('S'))));
         assert_eq!(outside.last(), Some(&Some('S')), "{outside:?}");
     }
 
     /// The result comes back; parallel work inside still runs; a panic inside reaches
-    /// the caller instead of leaving the helpers spinning.
+    /// the caller instead of leaving the helpers spinning, and gives the pool's flag back.
     #[test]
     fn returns_results_runs_parallel_work_and_propagates_panics() {
         use rayon::prelude::*;
-        let pool = pool("awp");
-        let sum: u64 = pool.install(|| awake(|| (0..10_000u64).into_par_iter().sum()));
+        let (pool, held) = (pool("awp"), AtomicBool::new(false));
+        let sum: u64 = pool.install(|| awake(&held, || (0..10_000u64).into_par_iter().sum()));
         assert_eq!(sum, 49_995_000);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.install(|| awake(|| panic!("inside")))
+            pool.install(|| awake(&held, || panic!("inside")))
         }));
         assert!(caught.is_err());
-        assert_eq!(pool.install(|| awake(|| 7)), 7);
-        assert_eq!(awake(|| 8), 8);
+        assert!(!held.load(std::sync::atomic::Ordering::Acquire));
+        assert_eq!(pool.install(|| awake(&held, || 7)), 7);
+        assert_eq!(awake(&held, || 8), 8);
+    }
+
+    /// Nested joins on a pool of four threads, from two callers at once sharing the
+    /// pool's flag, many times over: every run ends (a helper taken by a thread waiting
+    /// inside a job would hold that job until its run ended).
+    #[test]
+    fn many_threads_and_concurrent_runs_always_finish() {
+        use rayon::prelude::*;
+        use std::sync::Arc;
+        let pool = Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(4)
+                .build()
+                .expect("pool"),
+        );
+        let held = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for caller in 0..2 {
+            let (pool, held, tx) = (pool.clone(), held.clone(), tx.clone());
+            std::thread::spawn(move || {
+                for round in 0..300usize {
+                    // One job per index, so idle threads steal all through the run.
+                    let sum: usize = pool.install(|| {
+                        awake(&held, || {
+                            (0..64usize)
+                                .into_par_iter()
+                                .with_max_len(1)
+                                .map(|i| {
+                                    (0..i)
+                                        .into_par_iter()
+                                        .with_max_len(1)
+                                        .map(|j| std::hint::black_box(j ^ round))
+                                        .sum::<usize>()
+                                })
+                                .sum()
+                        })
+                    });
+                    let want: usize = (0..64usize)
+                        .map(|i| (0..i).map(|j| j ^ round).sum::<usize>())
+                        .sum();
+                    assert_eq!(sum, want, "caller {caller}, round {round}");
+                }
+                tx.send(caller).expect("report");
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(std::time::Duration::from_secs(120))
+                .expect("every run finishes");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! weights of one kind (q, k and v; gate and up) run as one parallel region.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -65,6 +66,8 @@ pub(super) struct CpuPartition {
     /// a partition of a few small ops (a GPU plan's CPU side) would pay a wake-up for
     /// nothing.
     keep_awake: bool,
+    /// The pool's flag that a run holds its helper.
+    awake: Arc<AtomicBool>,
 }
 
 impl CpuPartition {
@@ -75,6 +78,7 @@ impl CpuPartition {
         weights: &dyn WeightProvider,
         packs: &PackCache,
         pool: Arc<rayon::ThreadPool>,
+        awake: Arc<AtomicBool>,
         profile: Arc<OpProfile>,
     ) -> Result<CpuPartition, BackendError> {
         let node_of = |id: ValueId| spec.node(id);
@@ -185,6 +189,7 @@ impl CpuPartition {
             .count();
         Ok(CpuPartition {
             keep_awake: parallel >= 2,
+            awake,
             labels: runs.iter().map(|r| run_label(&steps[r.clone()])).collect(),
             rows: partition_rows(&inputs, &steps),
             inputs,
@@ -247,6 +252,7 @@ impl CompiledPartition for CpuPartition {
             profile,
             labels,
             keep_awake,
+            awake,
             rows,
             ..
         } = self;
@@ -269,7 +275,7 @@ impl CompiledPartition for CpuPartition {
         };
         pool.install(|| {
             if *keep_awake {
-                super::awake::awake(body)
+                super::awake::awake(awake, body)
             } else {
                 body()
             }

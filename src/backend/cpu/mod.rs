@@ -28,6 +28,8 @@ use super::{
 pub struct CpuBackend {
     capability: Capability,
     pool: Arc<rayon::ThreadPool>,
+    /// Whether a partition run holds the pool's keep-awake helper (`awake.rs`).
+    awake: Arc<std::sync::atomic::AtomicBool>,
     packs: packed::PackCache,
     profile: Arc<OpProfile>,
 }
@@ -46,6 +48,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             capability: capability::detect(threads),
             pool: Arc::new(pool),
+            awake: Arc::default(),
             packs: packed::PackCache::default(),
             profile: Arc::default(),
         })
@@ -159,6 +162,7 @@ impl Backend for CpuBackend {
             weights,
             &self.packs,
             self.pool.clone(),
+            self.awake.clone(),
             self.profile.clone(),
         )?;
         Ok(Box::new(partition))
