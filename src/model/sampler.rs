@@ -312,15 +312,37 @@ mod tests {
         (0..values.len()).min_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)))
     }
 
-    #[test]
-    fn argmax_is_the_total_order_maximum_with_ties_to_the_lowest_index() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
+    /// A xorshift64 generator started at `state`.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state
-        };
+        }
+    }
+
+    /// `len` logits drawn with `next`: five in eight from a few distinct values (so the
+    /// maximum repeats across chunks), `specials` in eight from `special`, the rest
+    /// random bit patterns.
+    fn mixed_logits(
+        next: &mut impl FnMut() -> u64,
+        len: usize,
+        special: &[f32],
+        specials: u64,
+    ) -> Vec<f32> {
+        (0..len)
+            .map(|_| match next() % 8 {
+                0..=4 => (next() % 5) as f32 - 2.0,
+                r if r < 5 + specials => special[(next() % special.len() as u64) as usize],
+                _ => f32::from_bits(next() as u32),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn argmax_is_the_total_order_maximum_with_ties_to_the_lowest_index() {
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let special = [
             0.0,
             -0.0,
@@ -333,14 +355,7 @@ mod tests {
         ];
         for len in [0, 1, 2, 63, 64, 65, 200, 49152] {
             for round in 0..20 {
-                let values: Vec<f32> = (0..len)
-                    .map(|_| match next() % 8 {
-                        // Few distinct values, so the maximum repeats across chunks.
-                        0..=4 => (next() % 5) as f32 - 2.0,
-                        5 => special[(next() % special.len() as u64) as usize],
-                        _ => f32::from_bits(next() as u32),
-                    })
-                    .collect();
+                let values = mixed_logits(&mut next, len, &special, 1);
                 assert_eq!(
                     argmax(&values),
                     argmax_by_comparisons(&values),
@@ -356,13 +371,7 @@ mod tests {
     /// picked: the total-order maximum of the sanitized logits, ties to the lowest id.
     #[test]
     fn greedy_in_place_is_the_maximum_of_the_sanitized_logits() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         let special = [
             f32::INFINITY,
             f32::NEG_INFINITY,
@@ -373,13 +382,7 @@ mod tests {
         let mut greedy = sampler(SamplerConfig::default());
         for len in [1, 2, 63, 64, 65, 200, 49152] {
             for round in 0..20 {
-                let values: Vec<f32> = (0..len)
-                    .map(|_| match next() % 8 {
-                        0..=4 => (next() % 5) as f32 - 2.0,
-                        5 | 6 => special[(next() % special.len() as u64) as usize],
-                        _ => f32::from_bits(next() as u32),
-                    })
-                    .collect();
+                let values = mixed_logits(&mut next, len, &special, 2);
                 let sanitized: Vec<f32> = values.iter().copied().map(sanitize).collect();
                 let expected = argmax_by_comparisons(&sanitized)
                     .filter(|&i| sanitized[i] > f32::NEG_INFINITY)
