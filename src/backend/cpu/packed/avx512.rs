@@ -85,7 +85,20 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let iq4 = iq4_table();
     let offset = w.kind.int_offset();
     let (xp, sp) = (x.as_ptr(), sums.as_ptr());
+    let half =
+        |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
+    // A super-block's f16 `d` (and `dmin`), converted once for its eight blocks rather
+    // than once per block: a one-row product is short of arithmetic as much as of
+    // memory, and these were four of a Q4_K block's ~40 instructions (decision 113).
+    let (mut sd, mut sm) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     for b in 0..nb {
+        if (K == Q4K || K == Q5K || K == Q6K || K == IQ4XS) && b % (QK_K / QK) == 0 {
+            let sb = b / (QK_K / QK) * PANEL;
+            sd = half(w.d, sb);
+            if K == Q4K || K == Q5K {
+                sm = half(w.m, sb);
+            }
+        }
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
         // The weights stream from memory once per step: with several rows (more work
         // per block) ask for blocks ahead; one row is left to the hardware prefetcher,
@@ -144,29 +157,23 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 nibbles
             }
         };
-        let half =
-            |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
         let (dw, mw) = if K == Q4K || K == Q5K {
             // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
             let bytes = |v: &[u8]| {
                 let v = _mm_loadu_si128(v.as_ptr().add(b * PANEL).cast());
                 _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
             };
-            let sb = b / (QK_K / QK) * PANEL;
             (
-                _mm512_mul_ps(half(w.d, sb), bytes(w.sub[0])),
-                _mm512_mul_ps(half(w.m, sb), bytes(w.sub[1])),
+                _mm512_mul_ps(sd, bytes(w.sub[0])),
+                _mm512_mul_ps(sm, bytes(w.sub[1])),
             )
         } else if K == Q6K {
-            (half(w.d, b / (QK_K / QK) * PANEL), _mm512_setzero_ps())
+            (sd, _mm512_setzero_ps())
         } else if K == IQ4XS {
             // d·sc: an f16 times a signed 6-bit integer, exact in f32.
             let sc = _mm_loadu_si128(w.sub[0].as_ptr().add(b * PANEL).cast());
             let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
-            (
-                _mm512_mul_ps(half(w.d, b / (QK_K / QK) * PANEL), sc),
-                _mm512_setzero_ps(),
-            )
+            (_mm512_mul_ps(sd, sc), _mm512_setzero_ps())
         } else if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
