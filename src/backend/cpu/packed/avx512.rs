@@ -87,16 +87,18 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let (xp, sp) = (x.as_ptr(), sums.as_ptr());
     let half =
         |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
-    // A super-block's f16 `d` (and `dmin`), converted once for its eight blocks rather
-    // than once per block: a one-row product is short of arithmetic as much as of
-    // memory, and these were four of a Q4_K block's ~40 instructions (decision 113).
+    // Each entry of `d` (and `m`) converted once, when its first block comes: per block
+    // for the 32-weight kinds, per super-block of eight for the K-quants and IQ4_XS (a
+    // one-row product is short of arithmetic as much as of memory, decision 113).
+    let per_scale = scale_blocks::<K>();
+    debug_assert_eq!(per_scale, w.kind.blocks_per_scale());
     let (mut sd, mut sm) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     for b in 0..nb {
-        if (K == Q4K || K == Q5K || K == Q6K || K == IQ4XS) && b % (QK_K / QK) == 0 {
-            let sb = b / (QK_K / QK) * PANEL;
-            sd = half(w.d, sb);
-            if K == Q4K || K == Q5K {
-                sm = half(w.m, sb);
+        if b % per_scale == 0 {
+            let at = b / per_scale * PANEL;
+            sd = half(w.d, at);
+            if K == Q4_1 || K == Q5_1 || K == Q4K || K == Q5K {
+                sm = half(w.m, at);
             }
         }
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
@@ -167,17 +169,14 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 _mm512_mul_ps(sd, bytes(w.sub[0])),
                 _mm512_mul_ps(sm, bytes(w.sub[1])),
             )
-        } else if K == Q6K {
-            (sd, _mm512_setzero_ps())
         } else if K == IQ4XS {
             // d·sc: an f16 times a signed 6-bit integer, exact in f32.
             let sc = _mm_loadu_si128(w.sub[0].as_ptr().add(b * PANEL).cast());
             let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
             (_mm512_mul_ps(sd, sc), _mm512_setzero_ps())
-        } else if K == Q4_1 || K == Q5_1 {
-            (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
-            (half(w.d, b * PANEL), _mm512_setzero_ps())
+            // The scale (Q6_K's per super-block), and the minimum where there is one.
+            (sd, sm)
         };
         // Q6_K: the two halves' i8 scales.
         let scales = if K == Q6K {
@@ -231,6 +230,16 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     }
     for (i, acc) in acc.iter().enumerate() {
         _mm512_storeu_ps(out.as_mut_ptr().add(i * PANEL), *acc);
+    }
+}
+
+/// Blocks sharing one entry of `d` for the kind coded `K`: [`super::PackedKind`]'s
+/// `blocks_per_scale`, as a constant of the specialised kernel.
+const fn scale_blocks<const K: u8>() -> usize {
+    if K == Q4K || K == Q5K || K == Q6K || K == IQ4XS {
+        QK_K / QK
+    } else {
+        1
     }
 }
 

@@ -525,7 +525,7 @@ pub(crate) fn pack_uncached(
     n: usize,
     k: usize,
 ) -> Result<Option<Arc<PackedWeight>>, BackendError> {
-    match PackedKind::of(dtype).filter(|&kind| available(kind)) {
+    match packed_kind(dtype) {
         Some(kind) if n > 0 && k > 0 => Ok(Some(Arc::new(PackedWeight::pack(kind, bytes, n, k)?))),
         _ => Ok(None),
     }
@@ -555,7 +555,7 @@ impl PackCache {
         k: usize,
     ) -> Result<Option<Arc<PackedWeight>>, BackendError> {
         let bytes = source.as_bytes();
-        let Some(kind) = PackedKind::of(dtype).filter(|&kind| available(kind)) else {
+        let Some(kind) = packed_kind(dtype) else {
             return Ok(None);
         };
         if n == 0 || k == 0 {
@@ -677,7 +677,12 @@ fn kernel() -> Option<PanelFn> {
 /// Whether a matmul weight of `dtype` is packed on this CPU (and its source then read
 /// only once, while packing).
 pub(crate) fn packs(dtype: DType) -> bool {
-    PackedKind::of(dtype).is_some_and(available)
+    packed_kind(dtype).is_some()
+}
+
+/// The packed kind `dtype` takes on this CPU: one with a layout and kernels here.
+fn packed_kind(dtype: DType) -> Option<PackedKind> {
+    PackedKind::of(dtype).filter(|&kind| available(kind))
 }
 
 /// Whether this CPU has packed kernels for `kind` (so packing such a weight pays).
