@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 use super::code::*;
 use super::{Panel, PanelFn, PANEL};
 use crate::backend::cpu::quant::IQ4_VALUES;
-use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
+use crate::backend::cpu::simd::BlockQ8;
 
 /// The kernel when this CPU has AVX2, FMA and F16C.
 pub(super) fn kernel() -> Option<PanelFn> {
@@ -44,7 +44,7 @@ const fn rows_per_pass(kind: u8) -> usize {
 }
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
-fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]) {
     assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb * w.kind.sums_per_block());
     assert!(out.len() >= rows * PANEL && w.is_whole() && !w.kind.is_float());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
@@ -61,7 +61,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]
 unsafe fn passes<const K: u8>(
     w: Panel<'_>,
     x: &[BlockQ8],
-    sums: &[i32],
+    sums: &[i16],
     rows: usize,
     out: &mut [f32],
 ) {
@@ -99,13 +99,23 @@ unsafe fn passes<const K: u8>(
 unsafe fn rows_of<const G: usize, const K: u8>(
     w: Panel<'_>,
     x: &[BlockQ8],
-    sums: &[i32],
+    sums: &[i16],
     r0: usize,
     h: usize,
     out: &mut [f32],
 ) {
     let nb = w.nb;
     let mut acc = [_mm256_setzero_ps(); G];
+    // The K-quants' and IQ4_XS's integer sums over the current super-block.
+    let mut sums_k = [_mm256_setzero_si256(); G];
+    let per_scale = w.kind.blocks_per_scale();
+    // A pair of scale units' bytes (`sub_index`), this half's rows widened: each row's
+    // two as `i16` in one 32-bit lane.
+    let pair = |v: &[u8], j: usize| {
+        let at = v.as_ptr().add(2 * PANEL * j + 2 * HALF * h);
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(at.cast()))
+    };
+    let even = |p: __m256i| _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(p));
     let low = _mm256_set1_epi8(0x0F);
     // IQ4_VALUES, signed: the weights' signs go onto the activations as for Q8_0.
     let iq4 = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
@@ -184,11 +194,8 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             // Values up to 63: two groups' pair sums fit in `i16` (2·2·63·127), and
             // `vpmaddwd` by the half's scale (as an `i16` pair per row) widens them
             // already scaled. The 32·Σx each half loses is taken once per block below.
-            let scales = |half: usize| {
-                let at = w.sub[half].as_ptr().add(b * PANEL + HALF * h);
-                _mm256_cvtepi8_epi32(_mm_loadl_epi64(at.cast()))
-            };
-            let (sc0, sc1) = (scales(0), scales(1));
+            let both = pair(w.sub[0], b);
+            let (sc0, sc1) = (even(both), _mm256_srai_epi32::<16>(both));
             // Lane r of `lo` and `hi` as one `i16` pair per 32-bit lane.
             let pair = |lo: __m256i, hi: __m256i| {
                 let low = _mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF));
@@ -210,10 +217,8 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             }
             // Each row's (Σx of half 0, Σx of half 1) as an `i16` pair (|Σx| ≤ 16·127)
             // against the two halves' scales: 32·(sc₀·s₀ + sc₁·s₁) in one `vpmaddwd`.
-            let both = pair(sc0, sc1);
             for (i, dot) in dot.iter_mut().enumerate() {
-                let s = _mm256_set1_epi64x(sp.add((i * nb + b) * 2).cast::<i64>().read_unaligned());
-                let s = _mm256_packs_epi32(s, s);
+                let s = _mm256_set1_epi32(sp.add((i * nb + b) * 2).cast::<i32>().read_unaligned());
                 let less = _mm256_slli_epi32::<5>(_mm256_madd_epi16(s, both));
                 *dot = _mm256_sub_epi32(*dot, less);
             }
@@ -248,28 +253,49 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         let half = |v: &[u16], at: usize| {
             _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at + HALF * h).cast()))
         };
-        let (dw, mw) = if K == Q4K || K == Q5K {
-            // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
-            let bytes = |v: &[u8]| {
-                let v = _mm_loadl_epi64(v.as_ptr().add(b * PANEL + HALF * h).cast());
-                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+        if w.kind.is_super() {
+            // Summed over the super-block in integers: Q6_K's dots come scaled and
+            // offset; the others' times their unit's scale (IQ4_XS's are signed, so
+            // already without the 128 the other kernels take off).
+            let sc = pair(w.sub[0], b / 2);
+            let sc = if b.is_multiple_of(2) {
+                even(sc)
+            } else {
+                _mm256_srai_epi32::<16>(sc)
             };
-            let sb = b / (QK_K / QK) * PANEL;
-            (
-                _mm256_mul_ps(half(w.d, sb), bytes(w.sub[0])),
-                _mm256_mul_ps(half(w.m, sb), bytes(w.sub[1])),
-            )
-        } else if K == Q6K {
-            (half(w.d, b / (QK_K / QK) * PANEL), _mm256_setzero_ps())
-        } else if K == IQ4XS {
-            // d·sc: an f16 times a signed 6-bit integer, exact in f32.
-            let sc = _mm_loadl_epi64(w.sub[0].as_ptr().add(b * PANEL + HALF * h).cast());
-            let sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
-            (
-                _mm256_mul_ps(half(w.d, b / (QK_K / QK) * PANEL), sc),
-                _mm256_setzero_ps(),
-            )
-        } else if K == Q4_1 || K == Q5_1 {
+            for (total, dot) in sums_k.iter_mut().zip(dot) {
+                let dot = if K == Q6K {
+                    dot
+                } else {
+                    _mm256_mullo_epi32(dot, sc)
+                };
+                *total = _mm256_add_epi32(*total, dot);
+            }
+            if b % per_scale == per_scale - 1 {
+                let s = b / per_scale;
+                let (sd, sm) = (half(w.d, s * PANEL), half(w.m, s * PANEL));
+                for (i, (acc, total)) in acc.iter_mut().zip(sums_k.iter_mut()).enumerate() {
+                    let first = i * nb + s * per_scale;
+                    let xd = _mm256_set1_ps((*xp.add(first)).d);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*total), _mm256_mul_ps(sd, xd), *acc);
+                    if K == Q4K || K == Q5K {
+                        // Σ mn·Σx over the super-block's four pairs of blocks.
+                        let at = sp.add(first).cast::<i32>();
+                        let mut less = _mm256_setzero_si256();
+                        for j in 0..per_scale / 2 {
+                            let s2 = _mm256_set1_epi32(at.add(j).read_unaligned());
+                            let mn = pair(w.sub[1], s * per_scale / 2 + j);
+                            less = _mm256_add_epi32(less, _mm256_madd_epi16(mn, s2));
+                        }
+                        let dm = _mm256_mul_ps(sm, xd);
+                        *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(less), dm, *acc);
+                    }
+                    *total = _mm256_setzero_si256();
+                }
+            }
+            continue;
+        }
+        let (dw, mw) = if K == Q4_1 || K == Q5_1 {
             (half(w.d, b * PANEL), half(w.m, b * PANEL))
         } else {
             (half(w.d, b * PANEL), _mm256_setzero_ps())
@@ -279,14 +305,13 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             let mut dot = dot;
             if K == Q4_0 || K == Q5_0 {
                 let offset = w.kind.int_offset();
-                dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * *sp.add(i * nb + b)));
+                let sum = *sp.add(i * nb + b) as i32;
+                dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(offset * sum));
             }
             let dd = _mm256_mul_ps(dw, _mm256_set1_ps(xb.d));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *acc);
             if K == Q4_1 || K == Q5_1 {
                 *acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
-            } else if K == Q4K || K == Q5K {
-                *acc = _mm256_fnmadd_ps(mw, _mm256_set1_ps(xb.s), *acc);
             }
         }
     }

@@ -22,7 +22,7 @@ pub(super) fn kernel() -> Option<PanelFn> {
 }
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
-fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i32], rows: usize, out: &mut [f32]) {
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]) {
     let parts = w.kind.sums_per_block();
     assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb * parts);
     assert!(out.len() >= rows * PANEL && w.is_whole() && !w.kind.is_float());
@@ -48,7 +48,7 @@ const PREFETCH_MIN_ROWS: usize = 4;
 unsafe fn by_rows<const K: u8>(
     w: Panel<'_>,
     x: &[BlockQ8],
-    sums: &[i32],
+    sums: &[i16],
     rows: usize,
     out: &mut [f32],
 ) {
@@ -76,20 +76,27 @@ unsafe fn by_rows<const K: u8>(
 unsafe fn rows_of<const G: usize, const K: u8>(
     w: Panel<'_>,
     x: &[BlockQ8],
-    sums: &[i32],
+    sums: &[i16],
     out: &mut [f32],
 ) {
     let nb = w.nb;
     let mut acc = [_mm512_setzero_ps(); G];
+    // The K-quants' and IQ4_XS's integer sums over the current super-block.
+    let mut dots = [_mm512_setzero_si512(); G];
     let low = _mm512_set1_epi8(0x0F);
     let iq4 = iq4_table();
     let offset = w.kind.int_offset();
+    let units = w.kind.sums_per_block();
     let (xp, sp) = (x.as_ptr(), sums.as_ptr());
     let half =
         |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
+    // A pair of scale units' bytes (`sub_index`) widened: each row's two as `i16` in
+    // one 32-bit lane.
+    let pair = |v: &[u8], j: usize| {
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(v.as_ptr().add(2 * PANEL * j).cast()))
+    };
     // Each entry of `d` (and `m`) converted once, when its first block comes: per block
-    // for the 32-weight kinds, per super-block of eight for the K-quants and IQ4_XS (a
-    // one-row product is short of arithmetic as much as of memory, decision 113).
+    // for the 32-weight kinds, per super-block of eight for the K-quants and IQ4_XS.
     let per_scale = scale_blocks::<K>();
     debug_assert_eq!(per_scale, w.kind.blocks_per_scale());
     let (mut sd, mut sm) = (_mm512_setzero_ps(), _mm512_setzero_ps());
@@ -159,77 +166,127 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                 nibbles
             }
         };
-        let (dw, mw) = if K == Q4K || K == Q5K {
-            // d·sc and dmin·mn: products of an f16 and a 6-bit integer, exact in f32.
-            let bytes = |v: &[u8]| {
-                let v = _mm_loadu_si128(v.as_ptr().add(b * PANEL).cast());
-                _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
-            };
-            (
-                _mm512_mul_ps(sd, bytes(w.sub[0])),
-                _mm512_mul_ps(sm, bytes(w.sub[1])),
-            )
-        } else if K == IQ4XS {
-            // d·sc: an f16 times a signed 6-bit integer, exact in f32.
-            let sc = _mm_loadu_si128(w.sub[0].as_ptr().add(b * PANEL).cast());
-            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
-            (_mm512_mul_ps(sd, sc), _mm512_setzero_ps())
-        } else {
-            // The scale (Q6_K's per super-block), and the minimum where there is one.
-            (sd, sm)
-        };
-        // Q6_K: the two halves' i8 scales.
-        let scales = if K == Q6K {
-            w.sub
-                .map(|v| _mm512_cvtepi8_epi32(_mm_loadu_si128(v.as_ptr().add(b * PANEL).cast())))
+        // The scale units' `i32` scales of this block (Q6_K: its two halves), taken
+        // from their pair: the low `i16` of each lane for even units, the high for odd.
+        let scales = if per_scale > 1 {
+            let first = b * units;
+            let p = pair(w.sub[0], first / 2);
+            let even = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(p));
+            let odd = _mm512_srai_epi32::<16>(p);
+            if K == Q6K {
+                [even, odd]
+            } else if first.is_multiple_of(2) {
+                [even, even]
+            } else {
+                [odd, odd]
+            }
         } else {
             [_mm512_setzero_si512(); 2]
         };
-        for (i, acc) in acc.iter_mut().enumerate() {
+        for (i, (acc, dots)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
             let xb = &*xp.add(i * nb + b);
             // Groups 0..4 are elements 4g.., 4..8 are 16 + 4(g − 4).. (high nibbles),
             // which is where the activation bytes of group g sit for every kind.
             let q = xb.qs.as_ptr().cast::<i32>();
             let bcast = |g: usize| _mm512_set1_epi32(q.add(g).read_unaligned());
-            let dot = if K == Q6K {
-                // One chain per 16-weight half, each less 32·Σx, times its scale.
+            if K == Q6K {
+                // One chain per 16-weight half, each times its scale.
                 let mut lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
                 let mut hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[4], bcast(4));
                 for g in 1..4 {
                     lo = _mm512_dpbusd_epi32(lo, groups[g], bcast(g));
                     hi = _mm512_dpbusd_epi32(hi, groups[g + 4], bcast(g + 4));
                 }
-                let s = sp.add((i * nb + b) * 2);
-                lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(offset * *s));
-                hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(offset * *s.add(1)));
-                _mm512_add_epi32(
+                let scaled = _mm512_add_epi32(
                     _mm512_mullo_epi32(lo, scales[0]),
                     _mm512_mullo_epi32(hi, scales[1]),
-                )
-            } else {
-                let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
-                let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[1], bcast(1));
-                for g in (2..8).step_by(2) {
-                    even = _mm512_dpbusd_epi32(even, groups[g], bcast(g));
-                    odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
-                }
-                _mm512_add_epi32(even, odd)
-            };
-            let mut dot = dot;
-            if K == Q4_0 || K == Q5_0 || K == Q8_0 || K == IQ4NL || K == IQ4XS {
-                dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b)));
+                );
+                *dots = _mm512_add_epi32(*dots, scaled);
+                continue;
             }
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+            let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[0], bcast(0));
+            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), groups[1], bcast(1));
+            for g in (2..8).step_by(2) {
+                even = _mm512_dpbusd_epi32(even, groups[g], bcast(g));
+                odd = _mm512_dpbusd_epi32(odd, groups[g + 1], bcast(g + 1));
+            }
+            let dot = _mm512_add_epi32(even, odd);
+            if per_scale > 1 {
+                *dots = _mm512_add_epi32(*dots, _mm512_mullo_epi32(dot, scales[0]));
+                continue;
+            }
+            let mut dot = dot;
+            if K == Q4_0 || K == Q5_0 || K == Q8_0 || K == IQ4NL {
+                dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * *sp.add(i * nb + b) as i32));
+            }
+            let dd = _mm512_mul_ps(sd, _mm512_set1_ps(xb.d));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc);
             if K == Q4_1 || K == Q5_1 {
-                *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
-            } else if K == Q4K || K == Q5K {
-                *acc = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xb.s), *acc);
+                *acc = _mm512_fmadd_ps(sm, _mm512_set1_ps(xb.s), *acc);
             }
+        }
+        if per_scale > 1 && b % per_scale == per_scale - 1 {
+            super_block_end::<G, K>(w, x, sums, b / per_scale, [sd, sm], &mut dots, &mut acc);
         }
     }
     for (i, acc) in acc.iter().enumerate() {
         _mm512_storeu_ps(out.as_mut_ptr().add(i * PANEL), *acc);
+    }
+}
+
+/// The end of super-block `s` for the K-quants and IQ4_XS: each row's `Σ c·Σx` over the
+/// super-block's scale units (`vpdpwssd` of each pair's `c` with the row's two sums),
+/// `c` the minimum (Q4_K, Q5_K) or the offset times the scale; then `acc += dots·d·xd`
+/// (less `Σ c·Σx · dmin·xd`, or with it taken off `dots` first), and `dots` restarts.
+///
+/// # Safety
+/// As [`rows_of`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma,avx2")]
+#[inline]
+unsafe fn super_block_end<const G: usize, const K: u8>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i16],
+    s: usize,
+    [sd, sm]: [__m512; 2],
+    dots: &mut [__m512i; G],
+    acc: &mut [__m512; G],
+) {
+    let (nb, units) = (w.nb, w.kind.sums_per_block());
+    // Pairs of scale units in this super-block: four, Q6_K's eight.
+    let pairs = QK_K / QK * units / 2;
+    let pair = |v: &[u8], j: usize| {
+        _mm512_cvtepi8_epi16(_mm256_loadu_si256(v.as_ptr().add(2 * PANEL * j).cast()))
+    };
+    let c: [__m512i; 8] = std::array::from_fn(|j| {
+        if j >= pairs {
+            _mm512_setzero_si512()
+        } else if K == Q4K || K == Q5K {
+            pair(w.sub[1], s * pairs + j)
+        } else if K == Q6K {
+            _mm512_slli_epi16::<5>(pair(w.sub[0], s * pairs + j))
+        } else {
+            _mm512_slli_epi16::<7>(pair(w.sub[0], s * pairs + j))
+        }
+    });
+    for (i, (acc, dots)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
+        let at = sums
+            .as_ptr()
+            .add((i * nb + s * (QK_K / QK)) * units)
+            .cast::<i32>();
+        let mut less = _mm512_setzero_si512();
+        for (j, c) in c.iter().enumerate().take(pairs) {
+            less = _mm512_dpwssd_epi32(less, *c, _mm512_set1_epi32(at.add(j).read_unaligned()));
+        }
+        let xd = _mm512_set1_ps(x.get_unchecked(i * nb + s * (QK_K / QK)).d);
+        if K == Q4K || K == Q5K {
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*dots), _mm512_mul_ps(sd, xd), *acc);
+            *acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(less), _mm512_mul_ps(sm, xd), *acc);
+        } else {
+            let total = _mm512_sub_epi32(*dots, less);
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(sd, xd), *acc);
+        }
+        *dots = _mm512_setzero_si512();
     }
 }
 

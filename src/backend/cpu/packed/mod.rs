@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rayon::prelude::*;
 
-use super::simd::{quantize_rows, scales_mins, BlockQ8, QK, QK_K};
+use super::simd::{quantize_rows_shared, scales_mins, BlockQ8, QK, QK_K};
 use crate::backend::{BackendError, SharedBytes};
 use crate::graph::DType;
 
@@ -208,6 +208,22 @@ impl PackedKind {
         )
     }
 
+    /// Bytes of each `sub` array per panel of `nb` blocks: one per row and scale unit
+    /// (a block, or Q6_K's 16-weight half).
+    fn sub_bytes(self, nb: usize) -> usize {
+        if self.has_sub_bytes() {
+            nb * self.sums_per_block() * PANEL
+        } else {
+            0
+        }
+    }
+
+    /// Whether a super-block's scale units are summed in integers and converted once
+    /// (the K-quants, IQ4_XS): their activations share one scale per 256 weights.
+    fn is_super(self) -> bool {
+        self.blocks_per_scale() > 1
+    }
+
     /// Whether the weights are two-byte floats, in [`float`]'s layout and kernels.
     fn is_float(self) -> bool {
         matches!(self, PackedKind::F16 | PackedKind::BF16)
@@ -247,9 +263,10 @@ struct CacheLine([u8; 64]);
 /// (for nibble formats, byte group `g` holds elements `4g..4g+4` in its low nibbles and
 /// `16+4g..` in its high ones; bit planes follow as further groups), then 16 f16 scales
 /// (and, for Q4_1 and Q5_1, 16 f16 minimums). The K-quants' and IQ4_XS's f16 `d` (and
-/// `dmin`) are per panel and super-block; their per-block bytes (`sub`: Q4_K's and
-/// Q5_K's `sc` and `mn`, Q6_K's `i8` scales of the two halves, IQ4_XS's `i8` scale) per
-/// panel and block. Float kinds keep only `qs` ([`float`]'s layout).
+/// `dmin`) are per panel and super-block; their per-unit bytes (`sub[0]`: Q4_K's and
+/// Q5_K's `sc`, Q6_K's `i8` scales of the two halves, IQ4_XS's `i8` scale; `sub[1]`:
+/// Q4_K's and Q5_K's `mn`) per panel in [`sub_index`]'s pairs. Float kinds keep only
+/// `qs` ([`float`]'s layout).
 pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,
@@ -271,6 +288,14 @@ impl std::fmt::Debug for PackedWeight {
             self.bytes()
         )
     }
+}
+
+/// Where row `r`'s byte of scale unit `u` (a block, or Q6_K's 16-weight half) sits in a
+/// panel's `sub` array: units in pairs, each pair 16 rows × 2 bytes, so that one 32-byte
+/// load widened to `i16` gives every row's two units in one 32-bit lane (for
+/// `vpdpwssd` / `vpmaddwd` with a row's two activation sums).
+fn sub_index(u: usize, r: usize) -> usize {
+    ((u / 2) * PANEL + r) * 2 + u % 2
 }
 
 /// One 32-weight block of one source row, ready to store: its quants (the first
@@ -438,24 +463,38 @@ impl PackedWeight {
         let mut d = vec![0u16; scales];
         let minimums = kind.has_minimum() || kind.has_sub_minimum();
         let mut m = vec![0u16; if minimums { scales } else { 0 }];
-        let subs = if kind.has_sub_bytes() {
-            panels * nb * PANEL
-        } else {
-            0
-        };
-        let mut sub = [vec![0u8; subs], vec![0u8; subs]];
+        let panel_subs = kind.sub_bytes(nb);
+        let mut sub = [
+            vec![0u8; panels * panel_subs],
+            vec![
+                0u8;
+                if kind.has_sub_minimum() {
+                    panels * panel_subs
+                } else {
+                    0
+                }
+            ],
+        ];
         for row in 0..n {
             let (panel, r) = (row / PANEL, row % PANEL);
             let row_qs = kind.panel_qs() / PANEL;
             source_blocks(kind, &bytes[row * row_bytes..][..row_bytes], |b, block| {
-                let slot = (panel * nb + b) * PANEL + r;
                 let scale_slot = (panel * nb / per_scale + b / per_scale) * PANEL + r;
                 d[scale_slot] = block.d;
                 if let Some(m) = m.get_mut(scale_slot) {
                     *m = block.m;
                 }
-                if kind.has_sub_bytes() {
-                    (sub[0][slot], sub[1][slot]) = (block.sub[0], block.sub[1]);
+                if kind == PackedKind::Q6K {
+                    // The two halves' scales, units 2b and 2b + 1: one pair.
+                    for (h, &sc) in block.sub.iter().enumerate() {
+                        sub[0][panel_subs * panel + sub_index(2 * b + h, r)] = sc;
+                    }
+                } else if kind.has_sub_bytes() {
+                    let at = panel_subs * panel + sub_index(b, r);
+                    sub[0][at] = block.sub[0];
+                    if kind.has_sub_minimum() {
+                        sub[1][at] = block.sub[1];
+                    }
                 }
                 let dst = &mut qs[(panel * nb + b) * kind.panel_qs()..][..kind.panel_qs()];
                 for (j, &v) in block.quants[..row_qs].iter().enumerate() {
@@ -496,13 +535,16 @@ impl PackedWeight {
 
     /// Bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        64 * self.qs.len() + 2 * (self.d.len() + self.m.len()) + 2 * self.sub[0].len()
+        64 * self.qs.len()
+            + 2 * (self.d.len() + self.m.len())
+            + self.sub.iter().map(Vec::len).sum::<usize>()
     }
 
     /// Panel `p`'s quants, scales and minimums.
     fn panel(&self, p: usize) -> Panel<'_> {
         let nb = self.k / QK;
-        let span = p * nb * PANEL..(p + 1) * nb * PANEL;
+        let subs = self.kind.sub_bytes(nb);
+        let span = p * subs..(p + 1) * subs;
         let per_scale = nb / self.kind.blocks_per_scale() * PANEL;
         let scales = p * per_scale..(p + 1) * per_scale;
         Panel {
@@ -593,7 +635,8 @@ struct Panel<'a> {
     d: &'a [u16],
     /// As `d`, the minimums (Q4_1) or minimum scales (Q4_K); empty otherwise.
     m: &'a [u16],
-    /// Q4_K and Q6_K: per block, 16 of each of the two per-block bytes; else empty.
+    /// The K-quants and IQ4_XS: per scale unit, 16 scales (`sub[0]`) and Q4_K's and
+    /// Q5_K's 16 minimums (`sub[1]`), in [`sub_index`]'s pairs; else empty.
     sub: [&'a [u8]; 2],
     nb: usize,
 }
@@ -608,37 +651,45 @@ impl Panel<'_> {
             PackedKind::Q4_1 | PackedKind::Q5_1 | PackedKind::Q4K | PackedKind::Q5K => scales,
             _ => 0,
         };
-        let subs = if self.kind.has_sub_bytes() {
-            nb * PANEL
-        } else {
-            0
-        };
+        let subs = self.kind.sub_bytes(nb);
+        let sub_minimums = if self.kind.has_sub_minimum() { subs } else { 0 };
         nb.is_multiple_of(per_scale)
             && self.qs.len() >= nb * self.kind.panel_qs()
             && self.d.len() >= scales
             && self.m.len() >= minimums
-            && self.sub.iter().all(|s| s.len() >= subs)
+            && self.sub[0].len() >= subs
+            && self.sub[1].len() >= sub_minimums
     }
 }
 
 /// Quantized activation rows: [`BlockQ8`]s and the integer sums `Σq` of each block's
-/// `parts` equal parts (one for most kinds, Q6_K's two halves).
+/// `parts` equal parts (one for most kinds, Q6_K's two halves), as `i16` (at most
+/// 32·127) so that two neighbours are one `i32` for `vpdpwssd`.
 struct Activations {
     blocks: Vec<BlockQ8>,
-    sums: Vec<i32>,
+    sums: Vec<i16>,
     nb: usize,
     parts: usize,
 }
 
 impl Activations {
-    fn quantize(x: &[f32], m: usize, k: usize, parts: usize) -> Result<Activations, BackendError> {
+    /// `x [m, k]` quantized for weights of `kind`: one scale per block, or per
+    /// super-block (the eight blocks of 256 weights share it) where `kind` sums a
+    /// super-block in integers ([`PackedKind::is_super`]), as llama.cpp's Q8_K does.
+    fn quantize(
+        x: &[f32],
+        m: usize,
+        k: usize,
+        kind: PackedKind,
+    ) -> Result<Activations, BackendError> {
         let nb = k / QK;
-        let blocks = quantize_rows(x, m, k)?;
+        let parts = kind.sums_per_block();
+        let blocks = quantize_rows_shared(x, m, k, kind.blocks_per_scale())?;
         let sums = blocks
             .iter()
             .flat_map(|b| {
                 b.qs.chunks(QK / parts)
-                    .map(|q| q.iter().map(|&q| q as i32).sum())
+                    .map(|q| q.iter().map(|&q| q as i16).sum())
             })
             .collect();
         Ok(Activations {
@@ -650,7 +701,7 @@ impl Activations {
     }
 
     /// Rows `rows` of the activations.
-    fn rows(&self, rows: std::ops::Range<usize>) -> (&[BlockQ8], &[i32]) {
+    fn rows(&self, rows: std::ops::Range<usize>) -> (&[BlockQ8], &[i16]) {
         let span = rows.start * self.nb..rows.end * self.nb;
         let sums = span.start * self.parts..span.end * self.parts;
         (&self.blocks[span], &self.sums[sums])
@@ -659,7 +710,7 @@ impl Activations {
 
 /// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`, with
 /// `sums` [`Activations`]' for those rows.
-type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i32], usize, &mut [f32]);
+type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i16], usize, &mut [f32]);
 
 /// The packed kernel of this CPU, if it has one: AVX-512 with VNNI, else AVX2.
 fn kernel() -> Option<PanelFn> {
@@ -778,7 +829,7 @@ fn matmul_with(
     if m == 0 {
         return Ok(());
     }
-    let acts = Activations::quantize(x, m, first.k, first.kind.sums_per_block())?;
+    let acts = Activations::quantize(x, m, first.k, first.kind)?;
     let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
     for_panels(m, &rows, outs, |i, p, r0, rows, o| {
         let (xb, sums) = acts.rows(r0..r0 + rows);

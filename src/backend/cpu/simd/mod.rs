@@ -123,7 +123,7 @@ type RowsX4Fn<B> = fn(&[B], &[BlockQ8x4], &mut [f32], usize);
 /// One implementation of every kernel.
 #[derive(Clone, Copy)]
 struct Table {
-    quantize: fn(&[f32], &mut [BlockQ8]),
+    quantize: fn(&[f32], &mut [BlockQ8], usize),
     q4_0: RowsFn<BlockQ4_0>,
     q4_1: RowsFn<BlockQ4_1>,
     q8_0: RowsFn<BlockQ8_0>,
@@ -261,9 +261,9 @@ mod x86 {
         BlockQ8x4,
     };
 
-    pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8]) {
+    pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8], shared: usize) {
         // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
-        unsafe { avx2::quantize_row(x, out) }
+        unsafe { avx2::quantize_row(x, out, shared) }
     }
 
     /// Safe wrappers of `$m::$f` (as `$name`) for a table built after feature detection.
@@ -338,34 +338,40 @@ impl QuantKind {
     }
 }
 
-/// Quantizes `x` (a whole number of 32-blocks) into `out`, one block per 32 values.
-pub(crate) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) -> Result<(), BackendError> {
-    if x.len() != out.len() * QK {
-        return Err(BackendError::Input(format!(
-            "cannot quantize {} values into {} blocks of {QK}",
-            x.len(),
-            out.len()
-        )));
-    }
-    (Table::get().quantize)(x, out);
-    Ok(())
-}
-
 /// The `m` rows of `x` (`k` values each, `k` a multiple of [`QK`]) quantized to Q8
 /// blocks, rows in parallel when there are many values.
 pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Result<Vec<BlockQ8>, BackendError> {
+    quantize_rows_shared(x, m, k, 1)
+}
+
+/// [`quantize_rows`] with one scale for each `shared` consecutive blocks of a row (the
+/// largest |x| of their `32·shared` values): 8 gives llama.cpp's Q8_K scaling, one per
+/// 256 values, whose products a K-quant kernel sums in integers across a super-block.
+pub(crate) fn quantize_rows_shared(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    shared: usize,
+) -> Result<Vec<BlockQ8>, BackendError> {
     use rayon::prelude::*;
+    if shared == 0 || !k.is_multiple_of(QK * shared) || x.len() != m * k {
+        return Err(BackendError::Input(format!(
+            "cannot quantize {} values as {m} rows of {k} in groups of {shared} blocks of {QK}",
+            x.len()
+        )));
+    }
     let nb = k / QK;
     let mut xq = vec![BlockQ8::default(); m * nb];
     if nb == 0 || m == 0 {
         return Ok(xq);
     }
+    let quantize = Table::get().quantize;
     if m * k >= QUANTIZE_PARALLEL_MIN {
         xq.par_chunks_mut(nb)
             .zip(x.par_chunks(k))
-            .try_for_each(|(q, x)| quantize_row(x, q))?;
+            .for_each(|(q, x)| quantize(x, q, shared));
     } else {
-        quantize_row(x, &mut xq)?;
+        quantize(x, &mut xq, shared);
     }
     Ok(xq)
 }

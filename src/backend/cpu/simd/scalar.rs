@@ -10,20 +10,26 @@ use super::{
 };
 use crate::backend::cpu::quant::IQ4_VALUES;
 
-/// Quantizes each 32 values of `x` to one block: `d = max|x| / 127`, `q = round(x / d)`
-/// (ties to even, as the SIMD rounding does), `s = d·Σq`.
-pub(super) fn quantize_row(x: &[f32], out: &mut [BlockQ8]) {
-    for (x, o) in x.chunks_exact(QK).zip(out) {
+/// Quantizes each 32 values of `x` to one block: `d = max|x| / 127` over each `shared`
+/// consecutive blocks (one scale for all of them), `q = round(x / d)` (ties to even, as
+/// the SIMD rounding does), `s = d·Σq`.
+pub(super) fn quantize_row(x: &[f32], out: &mut [BlockQ8], shared: usize) {
+    for (x, out) in x
+        .chunks_exact(QK * shared)
+        .zip(out.chunks_exact_mut(shared))
+    {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in o.qs.iter_mut().zip(x) {
-            *q = (v * id).round_ties_even() as i8;
-            sum += *q as i32;
+        for (x, o) in x.chunks_exact(QK).zip(out) {
+            let mut sum = 0i32;
+            for (q, &v) in o.qs.iter_mut().zip(x) {
+                *q = (v * id).round_ties_even() as i8;
+                sum += *q as i32;
+            }
+            o.d = d;
+            o.s = d * sum as f32;
         }
-        o.d = d;
-        o.s = d * sum as f32;
     }
 }
 

@@ -3,7 +3,9 @@
 
 use half::f16;
 
-use super::{dot_rows, dot_rows_x4, interleave_x4, quantize_row, BlockQ8, QuantKind, Table, QK};
+use super::{
+    dot_rows, dot_rows_x4, interleave_x4, quantize_rows_shared, BlockQ8, QuantKind, Table, QK,
+};
 use crate::backend::cpu::kernels::testutil::lcg;
 use crate::graph::DType;
 
@@ -29,7 +31,7 @@ fn weights(kind: QuantKind, rows: usize, nb: usize, seed: u64) -> Vec<u8> {
 
 fn quantized(x: &[f32]) -> Vec<BlockQ8> {
     let mut q = vec![BlockQ8::default(); x.len() / QK];
-    (Table::SCALAR.quantize)(x, &mut q);
+    (Table::SCALAR.quantize)(x, &mut q, 1);
     q
 }
 
@@ -92,8 +94,19 @@ fn quantize_matches_scalar_exactly() {
             x[2 * QK..3 * QK].fill(-0.3);
         }
         let mut got = vec![BlockQ8::default(); blocks];
-        (simd.quantize)(&x, &mut got);
+        (simd.quantize)(&x, &mut got, 1);
         assert_eq!(got, quantized(&x), "{blocks} blocks");
+        if blocks % 8 == 0 {
+            // One scale per eight blocks (Q8_K's per 256 values), the largest |x| of all.
+            let mut want = vec![BlockQ8::default(); blocks];
+            (Table::SCALAR.quantize)(&x, &mut want, 8);
+            (simd.quantize)(&x, &mut got, 8);
+            assert_eq!(got, want, "{blocks} blocks, 8 sharing a scale");
+            for (x, group) in x.chunks(8 * QK).zip(want.chunks(8)) {
+                let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                assert!(group.iter().all(|b| b.d == amax / 127.0));
+            }
+        }
     }
 }
 
@@ -209,9 +222,13 @@ fn checked_entry_points_reject_bad_shapes() {
     dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 4).unwrap();
     assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out, 3).is_err());
     assert!(dot_rows_x4(QuantKind::Q4_1, &w, &x4, &mut out[..11], 4).is_err());
-    let mut q = vec![BlockQ8::default(); 1];
-    assert!(quantize_row(&[0.0; 33], &mut q).is_err());
-    quantize_row(&[1.0; 32], &mut q).unwrap();
+    assert!(quantize_rows_shared(&[0.0; 33], 1, 33, 1).is_err());
+    assert!(
+        quantize_rows_shared(&[0.0; 64], 1, 64, 8).is_err(),
+        "64 values, 256 a group"
+    );
+    assert!(quantize_rows_shared(&[0.0; 64], 1, 64, 0).is_err());
+    let q = quantize_rows_shared(&[1.0; 32], 1, 32, 1).unwrap();
     assert_eq!(q[0].qs, [127; 32]);
 }
 
