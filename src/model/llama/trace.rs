@@ -158,7 +158,13 @@ pub fn trace_batch(
             window,
             softcap: config.attn_softcap,
         };
-        let attn = b.attention_variant(q, k, v, params, variant)?;
+        let mut attn = b.attention_variant(q, k, v, params, variant)?;
+        if layer + 1 == config.n_layers {
+            // Only the logits rows go on past the last layer's attention (their KV is
+            // written): its output projection and FFN skip every other row.
+            attn = b.embedding(attn, logits_row)?;
+            x = b.embedding(x, logits_row)?;
+        }
         let mut attn = linear(
             &mut b,
             attn,
@@ -219,7 +225,10 @@ pub fn trace_batch(
         }
         x = b.add(x, down)?;
     }
-    let last = b.embedding(x, logits_row)?;
+    let last = match config.n_layers {
+        0 => b.embedding(x, logits_row)?,
+        _ => x,
+    };
     let last = norm(&mut b, last, TensorRole::OutputNorm)?;
     let head = if config.tie_embeddings {
         embd
