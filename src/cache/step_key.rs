@@ -44,7 +44,8 @@ pub struct StepKey {
     pub phase: Phase,
     /// Shape bucket: token rows of the step (tokens per chunk for prefill, batch for decode).
     pub bucket: u32,
-    /// Sequences whose logits the step returns (its batch bucket); 1 for one sequence.
+    /// Sequences whose logits the step returns (its batch bucket); 1 for one sequence,
+    /// 0 for a prompt chunk before the last (its graph has no output head).
     pub sequences: u32,
     /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
     pub backends: u64,

@@ -30,10 +30,12 @@ pub struct KvShape {
 /// A model the [`super::Runner`] can step. The graph's contract: inputs named as in
 /// [`inputs`], attention reading and writing the [`crate::backend::StepState`]'s KV
 /// caches, and one output, the logits `[n_logits, vocab_size]` of the rows the
-/// `logits_row` input names.
+/// `logits_row` input names; with `n_logits` 0, no such input and no output (the step
+/// only fills the KV caches: a prompt chunk before the last).
 pub trait StepModel: Send + Sync {
     /// The graph of one step of `n_tokens` token rows returning `n_logits` rows of
-    /// logits (which rows belong to which sequence is runtime state, not shape).
+    /// logits (which rows belong to which sequence is runtime state, not shape), or
+    /// none with `n_logits` 0.
     fn trace(&self, n_tokens: usize, n_logits: usize) -> Result<Graph, GraphError>;
     /// Logits per row.
     fn vocab_size(&self) -> usize;

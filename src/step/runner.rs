@@ -267,9 +267,14 @@ impl Runner {
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
         let mut logits = Vec::new();
-        for chunk in tokens.chunks(PREFILL_CHUNK) {
+        let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+            // Only the last chunk's logits are returned: the others only fill the KV
+            // cache, on a graph without the output head (read once per prompt, not per
+            // chunk).
+            let want = i + 1 == chunks;
             logits = loop {
-                match self.run_chunk(seq, chunk) {
+                match self.run_chunk(seq, chunk, want) {
                     Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
                     done => break done?,
                 }
@@ -278,7 +283,14 @@ impl Runner {
         Ok(logits)
     }
 
-    fn run_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<Vec<f32>, StepError> {
+    /// Evaluates `chunk` after what `seq` holds; returns the logits of its last token
+    /// when `logits`, else nothing (and runs the graph without the output head).
+    fn run_chunk(
+        &mut self,
+        seq: &mut Sequence,
+        chunk: &[u32],
+        logits: bool,
+    ) -> Result<Vec<f32>, StepError> {
         let (phase, bucket) = if chunk.len() == 1 {
             (Phase::Decode, 1)
         } else {
@@ -287,18 +299,25 @@ impl Runner {
                 chunk.len().next_power_of_two().min(PREFILL_CHUNK),
             )
         };
-        let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
-        let executor = self.executor(phase, bucket, 1, arm)?;
+        // A chunk without logits is a different step from the gate's: it runs the arm
+        // the gate runs now, unmeasured, so the gate compares like with like.
+        let (arm, gate_arm) = match logits {
+            true => self.choose_arm(phase, bucket as u32)?,
+            false => (self.unmeasured_arm(phase, bucket as u32)?, None),
+        };
+        let executor = self.executor(phase, bucket, usize::from(logits), arm)?;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
         let start = seq.len();
         let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
         let last_row = [(chunk.len() - 1) as i32];
-        let step_inputs = [
+        let mut step_inputs = vec![
             (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
             (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-            (inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?),
         ];
+        if logits {
+            step_inputs.push((inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?));
+        }
         // The chunk's rows only: the bucket's padding rows attend to nothing and the
         // CPU does not multiply them.
         let segment = Segment {
@@ -314,7 +333,10 @@ impl Runner {
             self.coexec.record(bucket as u32, index, took);
         }
         seq.tokens.extend_from_slice(chunk);
-        Ok(outputs[0].to_f32_vec()?)
+        match outputs.first() {
+            Some(out) if logits => Ok(out.to_f32_vec()?),
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and

@@ -171,6 +171,60 @@ fn the_base_config_loads() {
     assert_eq!(config.rope.inv_freq, None);
 }
 
+/// A step without logits (a prompt chunk before the last) ends at the last layer's
+/// attention: no `logits_row` input, no output, neither the head nor the last output
+/// projection and FFN read; with logits, those run on the logits rows only.
+#[test]
+fn a_step_without_logits_ends_at_the_last_attention() {
+    use crate::graph::{eliminate_dead_code, Op};
+    use crate::model::llama::trace_batch;
+    let dir = tempfile::tempdir().unwrap();
+    let config = hf(dir.path(), &base_config(), &[]).unwrap();
+    let model = HfModel::open(dir.path()).unwrap();
+    let reads = |graph: &crate::graph::Graph, name: &str| {
+        let weight = |n: &crate::graph::Node| matches!(&n.op, Op::Weight { name: w } if w == name);
+        graph.nodes().iter().any(weight)
+    };
+    let inputs = |graph: &crate::graph::Graph| {
+        let names = graph.nodes().iter().filter_map(|n| match &n.op {
+            Op::Input { name } => Some(name.clone()),
+            _ => None,
+        });
+        names.collect::<Vec<_>>()
+    };
+    let kv_only = eliminate_dead_code(&trace_batch(&config, &model, 8, 0).unwrap());
+    assert!(kv_only.outputs().is_empty());
+    assert!(!inputs(&kv_only).contains(&"logits_row".to_string()));
+    let attention = |g: &crate::graph::Graph| {
+        g.nodes()
+            .iter()
+            .filter(|n| matches!(n.op, Op::Attention { .. }))
+            .count()
+    };
+    assert_eq!(attention(&kv_only), 1);
+    for unread in [
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+    ] {
+        assert!(!reads(&kv_only, unread), "{unread}");
+    }
+    let full = eliminate_dead_code(&trace_batch(&config, &model, 8, 1).unwrap());
+    assert_eq!(full.outputs().len(), 1);
+    assert!(reads(&full, "model.layers.0.mlp.down_proj.weight"));
+    // The output projection's input is one gathered row, not the eight.
+    let o_proj = full.nodes().iter().find(|n| {
+        matches!(n.op, Op::MatMul)
+            && reads_node(&full, n.inputs[1], "model.layers.0.self_attn.o_proj.weight")
+    });
+    let rows = full.node(o_proj.unwrap().inputs[0]).shape.dims()[0];
+    assert_eq!(rows, 1);
+}
+
+/// Whether node `id` of `graph` is the weight `name`.
+fn reads_node(graph: &crate::graph::Graph, id: crate::graph::ValueId, name: &str) -> bool {
+    matches!(&graph.node(id).op, crate::graph::Op::Weight { name: w } if w == name)
+}
+
 #[test]
 fn every_unsupported_hf_variant_is_refused_by_key_and_value() {
     let cases = [

@@ -33,6 +33,8 @@ pub fn trace_step(
 /// Traces one step of `n_tokens` token rows shared by several sequences (which rows
 /// belong to which sequence is runtime state, not shape); the output is the logits
 /// `[n_logits, vocab]` of the rows named by the `logits_row` input (`[n_logits]`).
+/// With `n_logits` 0 (a prompt chunk before the last) the graph has neither that input
+/// nor an output: it ends at the last layer's attention, which writes the KV cache.
 pub fn trace_batch(
     config: &LlamaConfig,
     weights: &dyn WeightInfo,
@@ -42,7 +44,10 @@ pub fn trace_batch(
     let mut b = GraphBuilder::new();
     let tokens = b.input(inputs::TOKENS, DType::I32, [n_tokens])?;
     let positions = b.input(inputs::POSITIONS, DType::I32, [n_tokens])?;
-    let logits_row = b.input(inputs::LOGITS_ROW, DType::I32, [n_logits])?;
+    let logits_row = match n_logits {
+        0 => None,
+        n => Some(b.input(inputs::LOGITS_ROW, DType::I32, [n])?),
+    };
     let w = |b: &mut GraphBuilder, role: TensorRole| -> Result<ValueId, GraphError> {
         let (dtype, shape) = weights.info(role).ok_or_else(|| GraphError::Attribute {
             op: crate::graph::OpKind::Weight,
@@ -162,8 +167,11 @@ pub fn trace_batch(
         if layer + 1 == config.n_layers {
             // Only the logits rows go on past the last layer's attention (their KV is
             // written): its output projection and FFN skip every other row.
-            attn = b.embedding(attn, logits_row)?;
-            x = b.embedding(x, logits_row)?;
+            let Some(rows) = logits_row else {
+                return b.finish(Vec::new());
+            };
+            attn = b.embedding(attn, rows)?;
+            x = b.embedding(x, rows)?;
         }
         let mut attn = linear(
             &mut b,
@@ -225,8 +233,9 @@ pub fn trace_batch(
         }
         x = b.add(x, down)?;
     }
-    let last = match config.n_layers {
-        0 => b.embedding(x, logits_row)?,
+    let last = match (config.n_layers, logits_row) {
+        (_, None) => return b.finish(Vec::new()),
+        (0, Some(rows)) => b.embedding(x, rows)?,
         _ => x,
     };
     let last = norm(&mut b, last, TensorRole::OutputNorm)?;
