@@ -353,3 +353,49 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
         "{decode_plan:?}"
     );
 }
+
+/// A prompt longer than a chunk on the GPU: its first chunk runs the graph that returns
+/// no logits (no output head); the logits after the prompt and the decodes after it are
+/// bit for bit those of the same prompt fed one chunk per call (every chunk returning
+/// logits), on the GPU-only plan and on the mixed one.
+#[test]
+fn a_prompt_chunk_without_logits_fills_the_gpu_cache_as_one_with_them() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let (_dir, config, weights) = open_model(true);
+    let narrowed = gpu_support::gpu().unwrap().with_ops(&[
+        OpKind::Embedding,
+        OpKind::MatMul,
+        OpKind::Attention,
+    ]);
+    let plans: [Arc<dyn Backend>; 2] = [Arc::new(gpu), Arc::new(narrowed)];
+    for backend in plans {
+        let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+        let set = BackendSet::new(vec![cpu, backend]).unwrap();
+        let policy = Policy {
+            min_run: 0,
+            ..Policy::default()
+        };
+        let mut runner = Runner::new(LlamaStep::new(config.clone(), weights.clone(), 1), set, 128)
+            .with_policy(policy)
+            .with_calibration_file(None)
+            .with_coexec(CoexecMode::Off);
+        let prompt: Vec<u32> = (0..84).map(|i| (i * 37 + 3) % VOCAB as u32).collect();
+        let decode = [7, 61, 2];
+        let whole = run(&mut runner, &prompt, &decode);
+        let mut seq = runner.new_sequence().unwrap();
+        runner.forward(&mut seq, &prompt[..64]).unwrap();
+        let mut chunked = vec![runner.forward(&mut seq, &prompt[64..]).unwrap()];
+        for &t in &decode {
+            chunked.push(runner.forward(&mut seq, &[t]).unwrap());
+        }
+        let bits = |v: &[Vec<f32>]| -> Vec<Vec<u32>> {
+            v.iter()
+                .map(|l| l.iter().map(|x| x.to_bits()).collect())
+                .collect()
+        };
+        assert_eq!(bits(&whole), bits(&chunked));
+        assert!(runner.placement().0.contains_key("gpu"));
+    }
+}
