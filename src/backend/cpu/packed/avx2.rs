@@ -273,7 +273,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             }
             if b % per_scale == per_scale - 1 {
                 let s = b / per_scale;
-                let (sd, sm) = (half(w.d, s * PANEL), half(w.m, s * PANEL));
+                let sd = half(w.d, s * PANEL);
                 for (i, (acc, total)) in acc.iter_mut().zip(sums_k.iter_mut()).enumerate() {
                     let first = i * nb + s * per_scale;
                     let xd = _mm256_set1_ps((*xp.add(first)).d);
@@ -287,7 +287,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
                             let mn = pair(w.sub[1], s * per_scale / 2 + j);
                             less = _mm256_add_epi32(less, _mm256_madd_epi16(mn, s2));
                         }
-                        let dm = _mm256_mul_ps(sm, xd);
+                        let dm = _mm256_mul_ps(half(w.m, s * PANEL), xd);
                         *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(less), dm, *acc);
                     }
                     *total = _mm256_setzero_si256();

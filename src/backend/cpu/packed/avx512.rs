@@ -1,8 +1,10 @@
 //! AVX-512 VNNI packed kernels: per block, the panel's weight groups in eight registers
 //! (16 rows × 4 bytes each; nibbles split, bit planes merged in, IQ4 values looked up
 //! with `vpshufb`), one `vpdpbusd` per group and activation row with the row's 4 bytes
-//! broadcast, then one conversion and one or two FMAs per row (Q6_K: each 16-weight
-//! half's sum times its scale in integers first). Twin of [`super::scalar`], bit for bit.
+//! broadcast, then one conversion and one or two FMAs per row; the K-quants and IQ4_XS
+//! instead add each unit's sum times its scale (`vpmulld`) over a super-block and
+//! convert once at its end, their minimums and offsets taken by `vpdpwssd` against the
+//! activations' sums. Twin of [`super::scalar`], bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -90,11 +92,6 @@ unsafe fn rows_of<const G: usize, const K: u8>(
     let (xp, sp) = (x.as_ptr(), sums.as_ptr());
     let half =
         |v: &[u16], at: usize| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()));
-    // A pair of scale units' bytes (`sub_index`) widened: each row's two as `i16` in
-    // one 32-bit lane.
-    let pair = |v: &[u8], j: usize| {
-        _mm512_cvtepi8_epi16(_mm256_loadu_si256(v.as_ptr().add(2 * PANEL * j).cast()))
-    };
     // Each entry of `d` (and `m`) converted once, when its first block comes: per block
     // for the 32-weight kinds, per super-block of eight for the K-quants and IQ4_XS.
     let per_scale = scale_blocks::<K>();
@@ -170,7 +167,7 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         // from their pair: the low `i16` of each lane for even units, the high for odd.
         let scales = if per_scale > 1 {
             let first = b * units;
-            let p = pair(w.sub[0], first / 2);
+            let p = unit_pair(w.sub[0], first / 2);
             let even = _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(p));
             let odd = _mm512_srai_epi32::<16>(p);
             if K == Q6K {
@@ -255,18 +252,17 @@ unsafe fn super_block_end<const G: usize, const K: u8>(
     let (nb, units) = (w.nb, w.kind.sums_per_block());
     // Pairs of scale units in this super-block: four, Q6_K's eight.
     let pairs = QK_K / QK * units / 2;
-    let pair = |v: &[u8], j: usize| {
-        _mm512_cvtepi8_epi16(_mm256_loadu_si256(v.as_ptr().add(2 * PANEL * j).cast()))
-    };
+    // `c` per unit pair: the minimums, or the scales times Q6_K's offset 32 (a shift
+    // by 5) or IQ4_XS's 128 (by 7), |c| ≤ 4096 in `i16`.
     let c: [__m512i; 8] = std::array::from_fn(|j| {
         if j >= pairs {
             _mm512_setzero_si512()
         } else if K == Q4K || K == Q5K {
-            pair(w.sub[1], s * pairs + j)
+            unit_pair(w.sub[1], s * pairs + j)
         } else if K == Q6K {
-            _mm512_slli_epi16::<5>(pair(w.sub[0], s * pairs + j))
+            _mm512_slli_epi16::<5>(unit_pair(w.sub[0], s * pairs + j))
         } else {
-            _mm512_slli_epi16::<7>(pair(w.sub[0], s * pairs + j))
+            _mm512_slli_epi16::<7>(unit_pair(w.sub[0], s * pairs + j))
         }
     });
     for (i, (acc, dots)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
@@ -288,6 +284,17 @@ unsafe fn super_block_end<const G: usize, const K: u8>(
         }
         *dots = _mm512_setzero_si512();
     }
+}
+
+/// Scale-unit pair `j` of a panel's `sub` bytes ([`super::sub_index`]) widened: each
+/// row's two units as `i16` in one 32-bit lane.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW; `v` must hold pair `j`'s 32 bytes.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn unit_pair(v: &[u8], j: usize) -> __m512i {
+    _mm512_cvtepi8_epi16(_mm256_loadu_si256(v.as_ptr().add(2 * PANEL * j).cast()))
 }
 
 /// Blocks sharing one entry of `d` for the kind coded `K`: [`super::PackedKind`]'s

@@ -5,7 +5,9 @@
 //! the same group of 16 (8) weight rows at once. Each lane
 //! then ends a block holding one weight row's whole integer dot product, so a block
 //! costs one conversion and one or two FMAs for 16 outputs instead of per-row
-//! reductions, and every activation row of a step reuses the unpacked panel.
+//! reductions, and every activation row of a step reuses the unpacked panel. The
+//! K-quants and IQ4_XS go further: their activations share one scale per 256 values, so
+//! a super-block's eight dots are scaled and summed in integers and converted once.
 //!
 //! Every row of the activations goes through the same arithmetic whatever the number of
 //! rows, so results are batch-invariant; offsets (Q4_0's 8, Q8_0's stored 128, ...) are
@@ -208,8 +210,8 @@ impl PackedKind {
         )
     }
 
-    /// Bytes of each `sub` array per panel of `nb` blocks: one per row and scale unit
-    /// (a block, or Q6_K's 16-weight half).
+    /// Bytes of `sub[0]` (and, for Q4_K and Q5_K, of `sub[1]`) per panel of `nb`
+    /// blocks: one per row and scale unit (a block, or Q6_K's 16-weight half).
     fn sub_bytes(self, nb: usize) -> usize {
         if self.has_sub_bytes() {
             nb * self.sums_per_block() * PANEL
@@ -464,16 +466,14 @@ impl PackedWeight {
         let minimums = kind.has_minimum() || kind.has_sub_minimum();
         let mut m = vec![0u16; if minimums { scales } else { 0 }];
         let panel_subs = kind.sub_bytes(nb);
+        let sub_minimums = if kind.has_sub_minimum() {
+            panel_subs
+        } else {
+            0
+        };
         let mut sub = [
             vec![0u8; panels * panel_subs],
-            vec![
-                0u8;
-                if kind.has_sub_minimum() {
-                    panels * panel_subs
-                } else {
-                    0
-                }
-            ],
+            vec![0u8; panels * sub_minimums],
         ];
         for row in 0..n {
             let (panel, r) = (row / PANEL, row % PANEL);
