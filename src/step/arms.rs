@@ -17,8 +17,17 @@ impl Runner {
         phase: Phase,
         bucket: u32,
     ) -> Result<(Arm, Option<usize>), StepError> {
-        if let Some(arm) = self.ungated_arm(phase, bucket)? {
-            return Ok((arm, None));
+        let mode = self.coexec.mode;
+        if mode == CoexecMode::Off || self.coexec.pair.is_none() {
+            return Ok((Arm::Baseline, None));
+        }
+        if phase == Phase::Prefill {
+            self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
+            if mode == CoexecMode::Split {
+                return Ok((Arm::Split, None));
+            }
+        } else if mode != CoexecMode::Gate {
+            return Ok((Arm::Baseline, None));
         }
         if !self.coexec.has_gate(bucket) {
             let (arms, pressure) = self.arms(phase, bucket as usize)?;
@@ -28,34 +37,6 @@ impl Runner {
         Ok(match self.coexec.choose(bucket) {
             Some((arm, index)) => (arm, Some(index)),
             None => (Arm::Baseline, None),
-        })
-    }
-
-    /// The arm the co-execution mode fixes for a step of `phase` and `bucket` without
-    /// a gate (off, no pair, always split, decode outside gate mode); `None` where the
-    /// gate decides. Calibrates the split first for prefill.
-    fn ungated_arm(&mut self, phase: Phase, bucket: u32) -> Result<Option<Arm>, StepError> {
-        let mode = self.coexec.mode;
-        if mode == CoexecMode::Off || self.coexec.pair.is_none() {
-            return Ok(Some(Arm::Baseline));
-        }
-        if phase == Phase::Prefill {
-            self.ensure_calibrated(bucket as usize, false, 1, &mut |_, _, _| {})?;
-            if mode == CoexecMode::Split {
-                return Ok(Some(Arm::Split));
-            }
-        } else if mode != CoexecMode::Gate {
-            return Ok(Some(Arm::Baseline));
-        }
-        Ok(None)
-    }
-
-    /// The arm for a step the gate does not measure (a prompt chunk without logits):
-    /// what the mode fixes, else the arm `bucket`'s gate runs now, else the baseline.
-    pub(super) fn unmeasured_arm(&mut self, phase: Phase, bucket: u32) -> Result<Arm, StepError> {
-        Ok(match self.ungated_arm(phase, bucket)? {
-            Some(arm) => arm,
-            None => self.coexec.active(bucket).unwrap_or(Arm::Baseline),
         })
     }
 

@@ -299,12 +299,10 @@ impl Runner {
                 chunk.len().next_power_of_two().min(PREFILL_CHUNK),
             )
         };
-        // A chunk without logits is a different step from the gate's: it runs the arm
-        // the gate runs now, unmeasured, so the gate compares like with like.
-        let (arm, gate_arm) = match logits {
-            true => self.choose_arm(phase, bucket as u32)?,
-            false => (self.unmeasured_arm(phase, bucket as u32)?, None),
-        };
+        // Chunks with and without logits share their bucket's gate: they differ only by
+        // a one-row tail (the last layer's output projection and FFN, the head) that no
+        // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
+        let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
         let executor = self.executor(phase, bucket, usize::from(logits), arm)?;
         let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
         ids.resize(bucket, 0);
