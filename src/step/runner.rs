@@ -331,10 +331,13 @@ impl Runner {
             self.coexec.record(bucket as u32, index, took);
         }
         seq.tokens.extend_from_slice(chunk);
-        match outputs.first() {
-            Some(out) if logits => Ok(out.to_f32_vec()?),
-            _ => Ok(Vec::new()),
+        if !logits {
+            return Ok(Vec::new());
         }
+        let out = outputs
+            .first()
+            .ok_or_else(|| StepError::internal("a prompt step returned no logits"))?;
+        Ok(out.to_f32_vec()?)
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and

@@ -257,18 +257,18 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             // Summed over the super-block in integers: Q6_K's dots come scaled and
             // offset; the others' times their unit's scale (IQ4_XS's are signed, so
             // already without the 128 the other kernels take off).
-            let sc = pair(w.sub[0], b / 2);
-            let sc = if b.is_multiple_of(2) {
-                even(sc)
+            let scaled = if K == Q6K {
+                dot
             } else {
-                _mm256_srai_epi32::<16>(sc)
-            };
-            for (total, dot) in sums_k.iter_mut().zip(dot) {
-                let dot = if K == Q6K {
-                    dot
+                let sc = pair(w.sub[0], b / 2);
+                let sc = if b.is_multiple_of(2) {
+                    even(sc)
                 } else {
-                    _mm256_mullo_epi32(dot, sc)
+                    _mm256_srai_epi32::<16>(sc)
                 };
+                dot.map(|dot| _mm256_mullo_epi32(dot, sc))
+            };
+            for (total, dot) in sums_k.iter_mut().zip(scaled) {
                 *total = _mm256_add_epi32(*total, dot);
             }
             if b % per_scale == per_scale - 1 {

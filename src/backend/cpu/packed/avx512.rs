@@ -252,17 +252,16 @@ unsafe fn super_block_end<const G: usize, const K: u8>(
     let (nb, units) = (w.nb, w.kind.sums_per_block());
     // Pairs of scale units in this super-block: four, Q6_K's eight.
     let pairs = QK_K / QK * units / 2;
-    // `c` per unit pair: the minimums, or the scales times Q6_K's offset 32 (a shift
-    // by 5) or IQ4_XS's 128 (by 7), |c| ≤ 4096 in `i16`.
+    // `c` per unit pair: the minimums, or the scales times the kind's offset (Q6_K's
+    // 32, IQ4_XS's 128), |c| ≤ 4096 in `i16`.
+    let offset = _mm512_set1_epi16(w.kind.int_offset() as i16);
     let c: [__m512i; 8] = std::array::from_fn(|j| {
         if j >= pairs {
             _mm512_setzero_si512()
         } else if K == Q4K || K == Q5K {
             unit_pair(w.sub[1], s * pairs + j)
-        } else if K == Q6K {
-            _mm512_slli_epi16::<5>(unit_pair(w.sub[0], s * pairs + j))
         } else {
-            _mm512_slli_epi16::<7>(unit_pair(w.sub[0], s * pairs + j))
+            _mm512_mullo_epi16(unit_pair(w.sub[0], s * pairs + j), offset)
         }
     });
     for (i, (acc, dots)) in acc.iter_mut().zip(dots.iter_mut()).enumerate() {
