@@ -9,7 +9,7 @@ use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::model::sampler::{Sampler, SamplerConfig};
 use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
-use switchyard::step::Runner;
+use switchyard::step::{step_bucket, Runner};
 
 fn load() -> (Model, Runner) {
     let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
@@ -94,10 +94,12 @@ fn staggered_generations_match_each_run_alone() {
             true
         });
         assert!(report.tokens <= 256, "{report:?}");
-        if report.tokens > 24 + 4 {
-            assert_eq!(
-                report.prompt_tokens, report.tokens,
-                "only a step without decodes is large"
+        // Beside decodes, prompts take 24 tokens or what fills the rows the step pads to.
+        let decodes = report.tokens - report.prompt_tokens;
+        if decodes > 0 {
+            assert!(
+                report.tokens <= step_bucket(decodes + 24),
+                "only a step without decodes is large: {report:?}"
             );
         }
         largest = largest.max(report.sequences);

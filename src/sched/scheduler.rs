@@ -6,7 +6,7 @@ use super::prefix::{PrefixCache, PrefixStats};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
-use crate::step::{Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
+use crate::step::{step_bucket, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
 
 /// How much the scheduler runs at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,16 +16,17 @@ pub struct Limits {
     kv_positions: Option<usize>,
 }
 
-/// Prompt tokens a step takes while other sequences decode, unless told otherwise: 16
-/// keeps a 16-stream step's inter-token p99 lower than 32 did, while new requests still
-/// get their first token well within a second (decision 96).
-pub const DEFAULT_PREFILL_TOKENS: usize = 16;
+/// Prompt tokens a step takes while other sequences decode, unless told otherwise: 8,
+/// so that 16 decoding streams with a prompt riding along step 24 rows rather than 32
+/// (decisions 96 and 116), while new requests still get their first token well within a
+/// second.
+pub const DEFAULT_PREFILL_TOKENS: usize = 8;
 
 impl Limits {
-    /// At most `parallel` sequences at once. While some of them decode, a step takes at
-    /// most `prefill_tokens` prompt tokens besides their decodes, so their time per
-    /// token stays bounded; with none decoding, prompts fill a whole step
-    /// ([`MAX_STEP_TOKENS`]).
+    /// At most `parallel` sequences at once. While some of them decode, a step takes
+    /// `prefill_tokens` prompt tokens besides their decodes, or as many more as fill the
+    /// rows the step is padded to anyway ([`step_bucket`]), so their time per token
+    /// stays bounded; with none decoding, prompts fill a whole step ([`MAX_STEP_TOKENS`]).
     pub fn new(parallel: usize, prefill_tokens: usize) -> Result<Limits, String> {
         if parallel == 0 {
             return Err("the number of parallel sequences must be at least 1".into());
@@ -75,6 +76,14 @@ impl Limits {
     /// Most sequences at once.
     pub fn max_parallel(&self) -> usize {
         self.parallel
+    }
+
+    /// Prompt tokens a step with `decodes` decoding sequences takes: `prefill_tokens`,
+    /// plus whatever else fits in the rows that step is padded to (16 decodes and 8
+    /// prompt tokens: 8; 13 decodes: 11), never past [`MAX_STEP_TOKENS`].
+    fn prompt_budget(&self, decodes: usize) -> usize {
+        let rows = step_bucket(decodes + self.prefill_tokens).min(MAX_STEP_TOKENS);
+        rows.saturating_sub(decodes).max(self.prefill_tokens)
     }
 }
 
@@ -302,7 +311,7 @@ impl<'t> Scheduler<'t> {
         let decodes = plan.iter().filter(|p| !p.is_empty()).count();
         let mut budget = match decodes {
             0 => MAX_STEP_TOKENS,
-            _ => self.limits.prefill_tokens,
+            _ => self.limits.prompt_budget(decodes),
         };
         for (slot, tokens) in self.slots.iter().zip(plan.iter_mut()) {
             if slot.next.is_none() && budget > 0 {
@@ -418,5 +427,29 @@ mod tests {
             assert!(Limits::new(1, prefill).is_err(), "{prefill}");
         }
         assert!(Limits::new(1, MAX_STEP_TOKENS - 1).is_ok());
+    }
+
+    /// A step beside decodes takes the prompt tokens it was given, or more where the
+    /// rows it pads to have room, and never more than a step holds.
+    #[test]
+    fn prompt_chunks_fill_the_rows_their_step_pads_to() {
+        let limits = Limits::new(16, 8).unwrap();
+        let got: Vec<usize> = [1, 3, 8, 13, 16]
+            .iter()
+            .map(|&d| limits.prompt_budget(d))
+            .collect();
+        assert_eq!(got, [15, 13, 8, 11, 8]);
+        for (parallel, prefill) in [(16, 1), (64, 16), (MAX_STEP_TOKENS - PREFILL_CHUNK, 64)] {
+            let limits = Limits::new(parallel, prefill).unwrap();
+            for decodes in 1..=parallel {
+                let budget = limits.prompt_budget(decodes);
+                assert!(budget >= prefill, "{parallel} {prefill} {decodes}");
+                assert!(
+                    decodes + budget <= MAX_STEP_TOKENS,
+                    "{parallel} {prefill} {decodes}"
+                );
+                assert_eq!(step_bucket(decodes + budget), decodes + budget);
+            }
+        }
     }
 }

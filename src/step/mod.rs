@@ -17,4 +17,6 @@ pub use error::StepError;
 pub use failover::Failover;
 pub use logits::BatchLogits;
 pub use model::{inputs, KvShape, StepModel};
-pub use runner::{PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
+pub use runner::{
+    step_bucket, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
+};

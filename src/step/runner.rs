@@ -372,7 +372,7 @@ impl Runner {
         } else {
             Phase::Prefill
         };
-        let (bucket, sequences) = (step_bucket(total), work.len().next_power_of_two());
+        let (bucket, sequences) = (step_bucket(total), step_bucket(work.len()));
         let arm = self.batch_arm();
         let executor = match self.executor(phase, bucket, sequences, arm) {
             Err(e) if self.fail_over(&e, phase) => {
@@ -520,10 +520,12 @@ fn chunk_phase(chunk: &[u32]) -> Phase {
     }
 }
 
-/// Token rows of a batched step of `tokens` tokens: a power of two up to
-/// [`STEP_BUCKET_GRAIN`], then whole multiples of it, so that a prompt chunk riding with
-/// a few decodes (64 + 15) pads to 80 rows rather than 128.
-fn step_bucket(tokens: usize) -> usize {
+/// Rows of a batched step of `tokens` tokens (and of its logits, one per sequence): a
+/// power of two up to [`STEP_BUCKET_GRAIN`], then whole multiples of it, so that a
+/// prompt chunk riding with a few decodes (64 + 15) pads to 80 rows rather than 128,
+/// and 16 decodes with 8 prompt tokens to 24 rather than 32 (decision 116). The
+/// scheduler sizes prompt chunks to fill the bucket its step lands in.
+pub fn step_bucket(tokens: usize) -> usize {
     if tokens <= STEP_BUCKET_GRAIN {
         tokens.next_power_of_two()
     } else {
@@ -531,8 +533,10 @@ fn step_bucket(tokens: usize) -> usize {
     }
 }
 
-/// Granularity of batched step buckets past the small powers of two.
-const STEP_BUCKET_GRAIN: usize = 16;
+/// Granularity of batched step buckets past the small powers of two: 8, since past 16
+/// rows a step's products are bound by arithmetic, so each padded row costs a real one
+/// (decision 116).
+const STEP_BUCKET_GRAIN: usize = 8;
 
 /// Compute nodes per backend name in `plan`.
 fn placed(plan: &crate::plan::Plan, backends: &BackendSet) -> Placed {
@@ -554,11 +558,11 @@ mod tests {
     use super::step_bucket;
 
     #[test]
-    fn batched_steps_pad_to_powers_of_two_then_multiples_of_sixteen() {
-        let got: Vec<usize> = [1, 3, 5, 16, 17, 79, 80, 256]
+    fn batched_steps_pad_to_powers_of_two_then_multiples_of_eight() {
+        let got: Vec<usize> = [1, 3, 5, 8, 9, 16, 17, 24, 25, 79, 80, 256]
             .iter()
             .map(|&n| step_bucket(n))
             .collect();
-        assert_eq!(got, [1, 4, 8, 16, 32, 80, 80, 256]);
+        assert_eq!(got, [1, 4, 8, 8, 16, 16, 24, 24, 32, 80, 80, 256]);
     }
 }
