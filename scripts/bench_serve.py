@@ -11,7 +11,8 @@ drifting machine load hits all of them alike.
                    --concurrency 1,4,16,64 --max-tokens 64 [--json OUT]
 
 Every client sends its requests one after another; a level sends max(2, 32 / c)
-requests per client. Each stream's events are read from the client's raw response
+requests per client, each with a prompt of its own (servers get the same prompts at a
+level, never one seen at an earlier level or in the warm-up). Each stream's events are read from the client's raw response
 and parsed with `json` (the typed chunk objects cost the shared cores twice the CPU).
 A completion's tokens are counted from the server's `usage` when it reports one, else
 from its content chunks.
@@ -43,11 +44,15 @@ TOPICS = [
 ]
 
 
-def prompt(i):
-    return f"Write a long, detailed story about {TOPICS[i % len(TOPICS)]} (story {i})."
+def prompt(i, run):
+    """Request `i`'s prompt in measurement `run`: no two requests of a run, nor of two
+    runs, share more than the chat template's own opening (a real user's system prompt
+    is shared; their messages are not), so no server answers from a prompt it cached
+    in an earlier level or in the warm-up."""
+    return f"Story {run}-{i}: write a long, detailed story about {TOPICS[i % len(TOPICS)]}."
 
 
-async def one_request(client, model, i, max_tokens):
+async def one_request(client, model, i, run, max_tokens):
     """Streams one chat completion; returns (ttft_s, [inter-token gaps], tokens, total_s).
 
     The stream is read through the client's raw response and each server-sent event
@@ -59,7 +64,7 @@ async def one_request(client, model, i, max_tokens):
     arrivals, usage = [], None
     async with client.chat.completions.with_streaming_response.create(
         model=model,
-        messages=[{"role": "user", "content": prompt(i)}],
+        messages=[{"role": "user", "content": prompt(i, run)}],
         max_tokens=max_tokens,
         temperature=0,
         stream=True,
@@ -87,7 +92,7 @@ async def one_request(client, model, i, max_tokens):
     return arrivals[0] - started, gaps, tokens, ended - started
 
 
-async def level(url, model, concurrency, max_tokens):
+async def level(url, model, concurrency, max_tokens, run):
     # A fresh connection per request: llama-server closes kept-alive connections after
     # a stream, which a pooled client would only notice on its next request.
     http = openai.DefaultAsyncHttpxClient(limits=limits(max_keepalive_connections=0))
@@ -98,7 +103,7 @@ async def level(url, model, concurrency, max_tokens):
     async def run_client(c):
         out = []
         for r in range(per_client):
-            out.append(await one_request(client, model, c * per_client + r, max_tokens))
+            out.append(await one_request(client, model, c * per_client + r, run, max_tokens))
         return out
 
     started = time.perf_counter()
@@ -152,12 +157,12 @@ async def main():
     names = {url: await model_name(url) for _, url in servers}
     # One short request each first: compiles and warms caches outside the measurement.
     for _, url in servers:
-        await level(url, names[url], 1, 8)
+        await level(url, names[url], 1, 8, 0)
     rows = []
-    for c in levels:
+    for run, c in enumerate(levels, start=1):
         for name, url in servers:
             print(f"concurrency {c}: {name}", file=sys.stderr)
-            row = await level(url, names[url], c, args.max_tokens)
+            row = await level(url, names[url], c, args.max_tokens, run)
             row["server"] = name
             rows.append(row)
     print(f"{'server':<14}{'conc':>5}{'reqs':>6}{'tok/s':>9}"
