@@ -124,23 +124,34 @@ fn sixteen_sequences_together_get_the_logits_they_get_alone() {
             .filter(|(i, _)| active.contains(i))
             .map(|(_, s)| s)
             .collect();
+        // A prompt chunk with more of its prompt to come asks for no logits.
+        let wants: Vec<bool> = picked
+            .iter()
+            .zip(&next)
+            .map(|(s, tokens)| !s.logits.is_empty() || s.prefilled + tokens.len() == s.prompt.len())
+            .collect();
         let mut work: Vec<Work<'_>> = picked
             .iter_mut()
             .zip(&next)
-            .map(|(s, tokens)| Work {
+            .zip(&wants)
+            .map(|((s, tokens), &logits)| Work {
                 seq: &mut s.seq,
                 tokens,
+                logits,
             })
             .collect();
         sizes.push(work.len());
         let out = batched.forward_batch(&mut work).unwrap();
         drop(work);
-        for ((s, logits), tokens) in picked.iter_mut().zip(out.iter()).zip(&next) {
-            if s.logits.is_empty() && s.prefilled + tokens.len() < s.prompt.len() {
-                s.prefilled += tokens.len();
-            } else {
+        let wanted = wants.iter().filter(|&&w| w).count();
+        assert_eq!(out.len(), wanted, "one logits row per sequence that asked");
+        let mut rows = out.iter();
+        for ((s, tokens), want) in picked.iter_mut().zip(&next).zip(wants) {
+            if want {
                 s.prefilled = s.prompt.len();
-                s.logits.push(logits.to_vec());
+                s.logits.push(rows.next().unwrap().to_vec());
+            } else {
+                s.prefilled += tokens.len();
             }
         }
     }
@@ -176,10 +187,12 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
         Work {
             seq: &mut a,
             tokens: &long,
+            logits: true,
         },
         Work {
             seq: &mut b,
             tokens: &long,
+            logits: true,
         },
     ];
     let err = runner.forward_batch(&mut work).unwrap_err().to_string();
@@ -189,10 +202,12 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
         Work {
             seq: &mut a,
             tokens: &[1],
+            logits: true,
         },
         Work {
             seq: &mut b,
             tokens: &over[..1025],
+            logits: true,
         },
     ];
     assert!(runner.forward_batch(&mut work).is_err());

@@ -308,19 +308,27 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     let mut work: Vec<Work> = first
         .iter_mut()
         .zip(&prompts)
-        .map(|(seq, p)| Work { seq, tokens: p })
+        .map(|(seq, p)| Work {
+            seq,
+            tokens: p,
+            logits: true,
+        })
         .collect();
     step(&mut work, 0);
     let tokens: Vec<[u32; 1]> = (0..2).map(|s| [decode(s, 0)]).collect();
     let mut work: Vec<Work> = first
         .iter_mut()
         .zip(&tokens)
-        .map(|(seq, t)| Work { seq, tokens: t })
-        .chain(
-            rest.iter_mut()
-                .zip(&prompts[2..])
-                .map(|(seq, p)| Work { seq, tokens: p }),
-        )
+        .map(|(seq, t)| Work {
+            seq,
+            tokens: t,
+            logits: true,
+        })
+        .chain(rest.iter_mut().zip(&prompts[2..]).map(|(seq, p)| Work {
+            seq,
+            tokens: p,
+            logits: true,
+        }))
         .collect();
     step(&mut work, 0);
     for turn in 0..4 {
@@ -333,7 +341,11 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
             .iter_mut()
             .zip(&tokens)
             .skip(first)
-            .map(|(seq, t)| Work { seq, tokens: t })
+            .map(|(seq, t)| Work {
+                seq,
+                tokens: t,
+                logits: true,
+            })
             .collect();
         step(&mut work, first);
     }

@@ -195,7 +195,11 @@ fn time_batch(
         let mut work: Vec<Work<'_>> = seqs
             .iter_mut()
             .zip(&next)
-            .map(|(seq, tokens)| Work { seq, tokens })
+            .map(|(seq, tokens)| Work {
+                seq,
+                tokens,
+                logits: true,
+            })
             .collect();
         let logits = runner.forward_batch(&mut work)?;
         for (n, l) in next.iter_mut().zip(logits.iter()) {

@@ -338,6 +338,7 @@ impl<'t> Scheduler<'t> {
             work.push(Work {
                 seq: &mut slot.seq,
                 tokens,
+                logits: slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len(),
             });
         }
         if work.is_empty() {
@@ -357,7 +358,9 @@ impl<'t> Scheduler<'t> {
             }
         };
         let mut ended = Vec::new();
-        for (&i, logits) in stepped.iter().zip(logits.iter()) {
+        // Rows for the sequences that asked (decodes, prompts' last chunks), in order.
+        let mut rows = logits.iter();
+        for &i in &stepped {
             let slot = &mut self.slots[i];
             if slot.next.is_none() {
                 slot.prefilled += plan[i].len();
@@ -366,6 +369,11 @@ impl<'t> Scheduler<'t> {
                 }
                 self.prefixes.insert(&slot.prompt, &mut slot.seq);
             }
+            let Some(logits) = rows.next() else {
+                let missing = ModelError::internal("a batched step returned too few logits");
+                ended.push((i, Some(missing)));
+                continue;
+            };
             let id = slot.id;
             let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
                 on_event(id, Event::Text { text, logprobs })

@@ -6,9 +6,10 @@ use crate::graph::DType;
 
 use super::StepError;
 
-/// Each stepped sequence's logits for its last token, in the order the sequences were
-/// given. *Why a type:* a batch of 64 sequences of a 128k vocabulary is 32 MiB a step;
-/// copying it into one vector per sequence cost as much as the GPU's step (decision 101).
+/// The logits of each stepped sequence that asked for them ([`super::Work::logits`]),
+/// for its last token, in the order the sequences were given. *Why a type:* a batch of
+/// 64 sequences of a 128k vocabulary is 32 MiB a step; copying it into one vector per
+/// sequence cost as much as the GPU's step (decision 101).
 #[derive(Debug)]
 pub struct BatchLogits {
     values: Values,
@@ -59,12 +60,21 @@ impl BatchLogits {
         }
     }
 
+    /// No logits: a step whose sequences all filled their KV caches only.
+    pub fn none() -> Self {
+        BatchLogits {
+            vocab: 0,
+            rows: 0,
+            values: Values::One(Vec::new()),
+        }
+    }
+
     /// How many sequences' logits this holds.
     pub fn len(&self) -> usize {
         self.rows
     }
 
-    /// Whether it holds none (never, for a step's result).
+    /// Whether it holds none (a step where no sequence asked for logits).
     pub fn is_empty(&self) -> bool {
         self.rows == 0
     }
@@ -104,6 +114,8 @@ mod tests {
         assert!(BatchLogits::from_output(output, 3, 5).is_err());
         let one = BatchLogits::one(vec![1.0, 2.0]);
         assert_eq!(one.iter().collect::<Vec<_>>(), [&[1.0, 2.0][..]]);
+        let none = BatchLogits::none();
+        assert!(none.is_empty() && none.row(0).is_none() && none.iter().next().is_none());
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct Work<'s> {
     pub seq: &'s mut Sequence,
     /// Its next tokens (one for a decode, a chunk of its prompt for a prefill).
     pub tokens: &'s [u32],
+    /// Whether the step returns the logits of its last token: a decode's and a prompt's
+    /// last chunk's; a chunk with more of its prompt to come only fills the KV cache, and
+    /// the step's head then reads no row for it (decision 118).
+    pub logits: bool,
 }
 
 /// Compiles and runs steps of one model on one set of backends, for one sequence or a
@@ -264,23 +268,34 @@ impl Runner {
     /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, StepError> {
+        self.forward_chunks(seq, tokens, true)
+    }
+
+    /// [`Runner::forward`], returning the last token's logits only when `logits` (else
+    /// an empty vector: every chunk runs without the output head).
+    fn forward_chunks(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        logits: bool,
+    ) -> Result<Vec<f32>, StepError> {
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
-        let mut logits = Vec::new();
+        let mut out = Vec::new();
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
             // Only the last chunk's logits are returned: the others only fill the KV
             // cache, on a graph without the output head (read once per prompt, not per
             // chunk).
-            let want = i + 1 == chunks;
-            logits = loop {
+            let want = logits && i + 1 == chunks;
+            out = loop {
                 match self.run_chunk(seq, chunk, want) {
                     Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
                     done => break done?,
                 }
             };
         }
-        Ok(logits)
+        Ok(out)
     }
 
     /// Evaluates `chunk` after what `seq` holds; returns the logits of its last token
@@ -341,7 +356,8 @@ impl Runner {
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
-    /// returns the logits of each one's last token, in order. The weights are read once
+    /// returns the logits of the last token of each one whose [`Work::logits`] asks for
+    /// them, in order (the others only fill their KV caches). The weights are read once
     /// for the whole batch. A sequence gets bit-for-bit the logits it gets alone (the
     /// 32-weight block formats at any batch size; K-quant weights up to 16 rows, F16 and
     /// BF16 up to four, past which their kernels' summation order depends on the rows).
@@ -351,7 +367,11 @@ impl Runner {
     /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<BatchLogits, StepError> {
         if let [one] = work {
-            return Ok(BatchLogits::one(self.forward(one.seq, one.tokens)?));
+            let logits = self.forward_chunks(one.seq, one.tokens, one.logits)?;
+            return Ok(match one.logits {
+                true => BatchLogits::one(logits),
+                false => BatchLogits::none(),
+            });
         }
         if work.is_empty() {
             return Err(StepError::internal("no sequences to evaluate"));
@@ -372,7 +392,14 @@ impl Runner {
         } else {
             Phase::Prefill
         };
-        let (bucket, sequences) = (step_bucket(total), step_bucket(work.len()));
+        // Logits rows for the sequences that want them; none at all runs the step on
+        // the graph that ends at the last layer's attention (decision 115).
+        let wanted = work.iter().filter(|w| w.logits).count();
+        let sequences = match wanted {
+            0 => 0,
+            n => step_bucket(n),
+        };
+        let bucket = step_bucket(total);
         let arm = self.batch_arm();
         let executor = match self.executor(phase, bucket, sequences, arm) {
             Err(e) if self.fail_over(&e, phase) => {
@@ -387,19 +414,23 @@ impl Runner {
             ids.extend(w.tokens.iter().map(|&t| t as i32));
             let start = w.seq.len();
             positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
-            last_rows.push((ids.len() - 1) as i32);
+            if w.logits {
+                last_rows.push((ids.len() - 1) as i32);
+            }
         }
         ids.resize(bucket, 0);
         positions.resize(bucket, 0);
         last_rows.resize(sequences, 0);
-        let step_inputs = [
+        let mut step_inputs = vec![
             (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
             (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-            (
+        ];
+        if sequences > 0 {
+            step_inputs.push((
                 inputs::LOGITS_ROW,
                 Tensor::from_i32([sequences], &last_rows)?,
-            ),
-        ];
+            ));
+        }
         let mut row = 0;
         let segments = work
             .iter_mut()
@@ -420,11 +451,16 @@ impl Runner {
             Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
             outputs => outputs?,
         };
-        let output = outputs
-            .into_iter()
-            .next()
-            .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
-        let logits = BatchLogits::from_output(output, self.model.vocab_size(), work.len())?;
+        let logits = match wanted {
+            0 => BatchLogits::none(),
+            _ => {
+                let output = outputs
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
+                BatchLogits::from_output(output, self.model.vocab_size(), wanted)?
+            }
+        };
         for w in work.iter_mut() {
             w.seq.tokens.extend_from_slice(w.tokens);
         }
