@@ -31,9 +31,11 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     parallel: usize,
-    /// Prompt tokens a step takes besides the running generations' next tokens: lower
-    /// keeps their time per token steadier, higher gets new requests their first token
-    /// sooner. A step with no generation decoding takes whole prompts.
+    /// Prompt tokens a step takes besides the running generations' next tokens, topped
+    /// up to fill the rows the step is padded to anyway (16 decoding and 8 prompt tokens
+    /// make 24 rows): lower keeps their time per token steadier, higher gets new
+    /// requests their first token sooner. A step with no generation decoding takes whole
+    /// prompts.
     #[arg(
         long,
         default_value_t = DEFAULT_PREFILL_TOKENS,
