@@ -35,12 +35,12 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]
     }
 }
 
-/// How many blocks ahead [`rows_of`] prefetches a panel's weights: 16 (4 KiB of a Q4_1
-/// panel) rather than 4, since a block of several rows' work is shorter than a load
-/// from memory here (decision 95: a 16-sequence step's products 12 % faster).
+/// How many blocks ahead [`rows_of`] prefetches a panel's weights, whatever the rows:
+/// 16 (4 KiB of a Q4_1 panel) rather than 4, since a block's work is shorter than a
+/// load from memory here (decision 95: a 16-sequence step's products 12 % faster;
+/// decision 119: one-row decode 10–35 % faster, the hardware prefetcher alone leaving
+/// its reads and its arithmetic to take turns).
 const PREFETCH_BLOCKS: usize = 16;
-/// Fewest activation rows for which [`rows_of`] prefetches.
-const PREFETCH_MIN_ROWS: usize = 4;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -106,14 +106,11 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             }
         }
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
-        // The weights stream from memory once per step: with several rows (more work
-        // per block) ask for blocks ahead; one row is left to the hardware prefetcher,
-        // which keeps up with it (measured: prefetching cost one-row decode ~5 %).
-        if G >= PREFETCH_MIN_ROWS {
-            let ahead = qs.wrapping_add(PREFETCH_BLOCKS * w.kind.panel_qs());
-            for line in (0..w.kind.panel_qs()).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-            }
+        // The weights stream from memory once per step: ask for blocks ahead, so the
+        // loads are in flight while this block's arithmetic runs.
+        let ahead = qs.wrapping_add(PREFETCH_BLOCKS * w.kind.panel_qs());
+        for line in (0..w.kind.panel_qs()).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
         }
         let groups: [__m512i; 8] = if K == Q8_0 {
             std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()))
