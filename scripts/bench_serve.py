@@ -12,8 +12,9 @@ drifting machine load hits all of them alike.
 
 Every client sends its requests one after another; a level sends max(2, 32 / c)
 requests per client, each with a prompt of its own (servers get the same prompts at a
-level, never one seen at an earlier level or in the warm-up). Each stream's events are read from the client's raw response
-and parsed with `json` (the typed chunk objects cost the shared cores twice the CPU).
+level, never one seen at an earlier level or in the warm-up). Each stream's events are
+read from the client's raw response and parsed with `json` (the typed chunk objects
+cost the shared cores twice the CPU).
 A completion's tokens are counted from the server's `usage` when it reports one, else
 from its content chunks.
 """

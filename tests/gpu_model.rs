@@ -21,7 +21,7 @@ use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::LlamaStep;
 use switchyard::model::{GgufWeights, ModelWeights};
 use switchyard::plan::Policy;
-use switchyard::step::{CoexecMode, Runner, Work};
+use switchyard::step::{CoexecMode, Runner, Sequence, Work};
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -409,5 +409,82 @@ fn a_prompt_chunk_without_logits_fills_the_gpu_cache_as_one_with_them() {
         };
         assert_eq!(bits(&whole), bits(&chunked));
         assert!(runner.placement().0.contains_key("gpu"));
+    }
+}
+
+/// A batched step on the GPU where no sequence wants logits (two prompts' first parts)
+/// runs the graph without the output head and returns no rows; the steps after it give,
+/// bit for bit, the logits each prompt and its decodes get alone.
+#[test]
+fn a_batched_step_without_logits_fills_the_gpu_caches_as_one_with_them() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let (_dir, config, weights) = open_model(true);
+    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+    let set = BackendSet::new(vec![cpu, Arc::new(gpu)]).unwrap();
+    let policy = Policy {
+        min_run: 0,
+        ..Policy::default()
+    };
+    let mut runner = Runner::new(LlamaStep::new(config, weights, 1), set, 96)
+        .with_policy(policy)
+        .with_kv_dtype(KvDType::F16)
+        .with_calibration_file(None)
+        .with_coexec(CoexecMode::Off);
+    let prompts: Vec<Vec<u32>> = [40u32, 24]
+        .iter()
+        .map(|&n| (0..n).map(|i| (i * 23 + n) % VOCAB as u32).collect())
+        .collect();
+    let decodes = [[11u32, 5], [42, 9]];
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .zip(&decodes)
+        .map(|(p, d)| run(&mut runner, p, d))
+        .collect();
+    let mut seqs: Vec<_> = (0..2).map(|_| runner.new_sequence().unwrap()).collect();
+    let split = [24, 10];
+    let mut together: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 2];
+    let mut step = |seqs: &mut [Sequence], tokens: [&[u32]; 2], logits: bool| {
+        let mut work: Vec<Work> = seqs
+            .iter_mut()
+            .zip(tokens)
+            .map(|(seq, tokens)| Work {
+                seq,
+                tokens,
+                logits,
+            })
+            .collect();
+        let out = runner.forward_batch(&mut work).unwrap();
+        assert_eq!(out.len(), if logits { 2 } else { 0 });
+        for (s, row) in out.iter().enumerate() {
+            together[s].push(row.to_vec());
+        }
+    };
+    step(
+        &mut seqs,
+        [&prompts[0][..split[0]], &prompts[1][..split[1]]],
+        false,
+    );
+    step(
+        &mut seqs,
+        [&prompts[0][split[0]..], &prompts[1][split[1]..]],
+        true,
+    );
+    for t in 0..2 {
+        step(
+            &mut seqs,
+            [&decodes[0][t..t + 1], &decodes[1][t..t + 1]],
+            true,
+        );
+    }
+    for (s, (alone, together)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(together.len(), alone.len(), "sequence {s}: steps");
+        for (i, (a, t)) in alone.iter().zip(together).enumerate() {
+            assert!(
+                a == t,
+                "sequence {s}, step {i}: batched logits differ from alone"
+            );
+        }
     }
 }
