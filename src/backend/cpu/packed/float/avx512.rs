@@ -106,8 +106,14 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32]
     }
 }
 
+/// Columns ahead of the loop whose line [`rows_with`] asks for when no next panel is
+/// given (decode): 128, 4 KiB of the panel. Left to the hardware prefetcher, a one-row
+/// product read 8–25 % slower (decision 120).
+const PREFETCH_COLUMNS: usize = 128;
+
 /// `G` activation rows against the panel, accumulators in registers; with `AHEAD`, a
-/// line of `w.ahead` asked for every two columns.
+/// line of `w.ahead` asked for every two columns, else a line of this panel
+/// [`PREFETCH_COLUMNS`] ahead.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, F16C and FMA; the slices must be as [`panel`] asserts.
@@ -149,6 +155,8 @@ unsafe fn rows_with<const G: usize, const BF16: bool, const AHEAD: bool>(
         // panel to come. A prefetch never faults.
         if AHEAD {
             _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(c * PANEL).cast());
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add((c + PREFETCH_COLUMNS) * PANEL).cast());
         }
         let (w0, w1) = columns(c);
         for i in 0..G {
@@ -208,7 +216,8 @@ unsafe fn pairs_of<const G: usize>(w: FloatPanel<'_>, x: &[u32], out: &mut [f32]
 }
 
 /// `G` rows of bf16 activation pairs against a bf16 panel; with `AHEAD`, two lines of
-/// `w.ahead` asked for every two pairs.
+/// `w.ahead` asked for every two pairs, else two lines of this panel
+/// [`PREFETCH_COLUMNS`] ahead.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and BF16; the slices must be as [`bf16_panel`] asserts.
@@ -235,6 +244,10 @@ unsafe fn pairs_with<const G: usize, const AHEAD: bool>(
         if AHEAD {
             _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(q * 2 * PANEL).cast());
             _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add((q + 1) * 2 * PANEL).cast());
+        } else {
+            let next = wp.wrapping_add((q + PREFETCH_COLUMNS / 2) * 2 * PANEL);
+            _mm_prefetch::<_MM_HINT_T0>(next.cast());
+            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(2 * PANEL).cast());
         }
         let (w0, w1) = (load(q), load(q + 1));
         for i in 0..G {
