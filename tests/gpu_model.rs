@@ -253,23 +253,46 @@ fn compare_plans(blocks: bool, kv_dtype: KvDType) {
     }
 }
 
+/// A runner of the random-weight model on the CPU and `gpu` as the batched GPU tests
+/// use it: every op the GPU takes placed there, f16 KV, no co-execution.
+fn gpu_batch_runner(
+    gpu: Arc<dyn Backend>,
+    config: LlamaConfig,
+    weights: Arc<dyn ModelWeights>,
+) -> Runner {
+    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+    let set = BackendSet::new(vec![cpu, gpu]).unwrap();
+    let policy = Policy {
+        min_run: 0,
+        ..Policy::default()
+    };
+    Runner::new(LlamaStep::new(config, weights, 1), set, 96)
+        .with_policy(policy)
+        .with_kv_dtype(KvDType::F16)
+        .with_calibration_file(None)
+        .with_coexec(CoexecMode::Off)
+}
+
+/// Each sequence's logits, step by step, are bit for bit those it got alone.
+fn assert_same_logits(alone: &[Vec<Vec<f32>>], together: &[Vec<Vec<f32>>]) {
+    for (s, (alone, together)) in alone.iter().zip(together).enumerate() {
+        assert_eq!(together.len(), alone.len(), "sequence {s}: steps");
+        for (step, (a, t)) in alone.iter().zip(together).enumerate() {
+            assert!(
+                a == t,
+                "sequence {s}, step {step}: batched logits differ from alone"
+            );
+        }
+    }
+}
+
 #[test]
 fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     let Some(gpu) = gpu_support::gpu() else {
         return;
     };
     let (_dir, config, weights) = open_model(true);
-    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
-    let set = BackendSet::new(vec![cpu, Arc::new(gpu)]).unwrap();
-    let policy = Policy {
-        min_run: 0,
-        ..Policy::default()
-    };
-    let mut runner = Runner::new(LlamaStep::new(config, weights, 1), set, 96)
-        .with_policy(policy)
-        .with_kv_dtype(KvDType::F16)
-        .with_calibration_file(None)
-        .with_coexec(CoexecMode::Off);
+    let mut runner = gpu_batch_runner(Arc::new(gpu), config, weights);
     // Prompts of different lengths (one past a 32-position block), four decode steps.
     let prompts: Vec<Vec<u32>> = [5usize, 1, 37, 12]
         .iter()
@@ -349,15 +372,7 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
             .collect();
         step(&mut work, first);
     }
-    for (s, (alone, together)) in alone.iter().zip(&together).enumerate() {
-        assert_eq!(together.len(), alone.len(), "sequence {s}: steps");
-        for (step, (a, t)) in alone.iter().zip(together).enumerate() {
-            assert!(
-                a == t,
-                "sequence {s}, step {step}: batched logits differ from alone"
-            );
-        }
-    }
+    assert_same_logits(&alone, &together);
     let (_, decode_plan) = runner.placement();
     assert_eq!(
         decode_plan.keys().collect::<Vec<_>>(),
@@ -421,17 +436,7 @@ fn a_batched_step_without_logits_fills_the_gpu_caches_as_one_with_them() {
         return;
     };
     let (_dir, config, weights) = open_model(true);
-    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
-    let set = BackendSet::new(vec![cpu, Arc::new(gpu)]).unwrap();
-    let policy = Policy {
-        min_run: 0,
-        ..Policy::default()
-    };
-    let mut runner = Runner::new(LlamaStep::new(config, weights, 1), set, 96)
-        .with_policy(policy)
-        .with_kv_dtype(KvDType::F16)
-        .with_calibration_file(None)
-        .with_coexec(CoexecMode::Off);
+    let mut runner = gpu_batch_runner(Arc::new(gpu), config, weights);
     let prompts: Vec<Vec<u32>> = [40u32, 24]
         .iter()
         .map(|&n| (0..n).map(|i| (i * 23 + n) % VOCAB as u32).collect())
@@ -478,13 +483,5 @@ fn a_batched_step_without_logits_fills_the_gpu_caches_as_one_with_them() {
             true,
         );
     }
-    for (s, (alone, together)) in alone.iter().zip(&together).enumerate() {
-        assert_eq!(together.len(), alone.len(), "sequence {s}: steps");
-        for (i, (a, t)) in alone.iter().zip(together).enumerate() {
-            assert!(
-                a == t,
-                "sequence {s}, step {i}: batched logits differ from alone"
-            );
-        }
-    }
+    assert_same_logits(&alone, &together);
 }
