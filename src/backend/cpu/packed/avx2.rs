@@ -274,20 +274,35 @@ unsafe fn rows_of<const G: usize, const K: u8>(
             if b % per_scale == per_scale - 1 {
                 let s = b / per_scale;
                 let sd = half(w.d, s * PANEL);
+                // Q4_K's and Q5_K's `dmin` and four pairs of minimums, the same for every
+                // activation row: read once per super-block.
+                let minimums = K == Q4K || K == Q5K;
+                let sm = if minimums {
+                    half(w.m, s * PANEL)
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let mins: [__m256i; 4] = std::array::from_fn(|j| {
+                    if minimums {
+                        pair(w.sub[1], s * per_scale / 2 + j)
+                    } else {
+                        _mm256_setzero_si256()
+                    }
+                });
+                debug_assert_eq!(per_scale / 2, mins.len());
                 for (i, (acc, total)) in acc.iter_mut().zip(sums_k.iter_mut()).enumerate() {
                     let first = i * nb + s * per_scale;
                     let xd = _mm256_set1_ps((*xp.add(first)).d);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(*total), _mm256_mul_ps(sd, xd), *acc);
-                    if K == Q4K || K == Q5K {
+                    if minimums {
                         // Σ mn·Σx over the super-block's four pairs of blocks.
                         let at = sp.add(first).cast::<i32>();
                         let mut less = _mm256_setzero_si256();
-                        for j in 0..per_scale / 2 {
+                        for (j, mn) in mins.iter().enumerate() {
                             let s2 = _mm256_set1_epi32(at.add(j).read_unaligned());
-                            let mn = pair(w.sub[1], s * per_scale / 2 + j);
-                            less = _mm256_add_epi32(less, _mm256_madd_epi16(mn, s2));
+                            less = _mm256_add_epi32(less, _mm256_madd_epi16(*mn, s2));
                         }
-                        let dm = _mm256_mul_ps(half(w.m, s * PANEL), xd);
+                        let dm = _mm256_mul_ps(sm, xd);
                         *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(less), dm, *acc);
                     }
                     *total = _mm256_setzero_si256();
