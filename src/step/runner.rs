@@ -368,9 +368,10 @@ impl Runner {
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<BatchLogits, StepError> {
         if let [one] = work {
             let logits = self.forward_chunks(one.seq, one.tokens, one.logits)?;
-            return Ok(match one.logits {
-                true => BatchLogits::one(logits),
-                false => BatchLogits::none(),
+            return Ok(if one.logits {
+                BatchLogits::one(logits)
+            } else {
+                BatchLogits::none()
             });
         }
         if work.is_empty() {
@@ -395,11 +396,7 @@ impl Runner {
         // Logits rows for the sequences that want them; none at all runs the step on
         // the graph that ends at the last layer's attention (decision 115).
         let wanted = work.iter().filter(|w| w.logits).count();
-        let sequences = match wanted {
-            0 => 0,
-            n => step_bucket(n),
-        };
-        let bucket = step_bucket(total);
+        let (bucket, sequences) = (step_bucket(total), step_bucket(wanted));
         let arm = self.batch_arm();
         let executor = match self.executor(phase, bucket, sequences, arm) {
             Err(e) if self.fail_over(&e, phase) => {
@@ -560,9 +557,12 @@ fn chunk_phase(chunk: &[u32]) -> Phase {
 /// power of two up to [`STEP_BUCKET_GRAIN`], then whole multiples of it, so that a
 /// prompt chunk riding with a few decodes (64 + 15) pads to 80 rows rather than 128,
 /// and 16 decodes with 8 prompt tokens to 24 rather than 32 (decision 116). The
-/// scheduler sizes prompt chunks to fill the bucket its step lands in.
+/// scheduler sizes prompt chunks to fill the bucket its step lands in. No rows pad to
+/// none (a step where no sequence wants logits has no logits rows).
 pub fn step_bucket(tokens: usize) -> usize {
-    if tokens <= STEP_BUCKET_GRAIN {
+    if tokens == 0 {
+        0
+    } else if tokens <= STEP_BUCKET_GRAIN {
         tokens.next_power_of_two()
     } else {
         tokens.next_multiple_of(STEP_BUCKET_GRAIN)
@@ -595,10 +595,10 @@ mod tests {
 
     #[test]
     fn batched_steps_pad_to_powers_of_two_then_multiples_of_eight() {
-        let got: Vec<usize> = [1, 3, 5, 8, 9, 16, 17, 24, 25, 79, 80, 256]
+        let got: Vec<usize> = [0, 1, 3, 5, 8, 9, 16, 17, 24, 25, 79, 80, 256]
             .iter()
             .map(|&n| step_bucket(n))
             .collect();
-        assert_eq!(got, [1, 4, 8, 8, 16, 16, 24, 24, 32, 80, 80, 256]);
+        assert_eq!(got, [0, 1, 4, 8, 8, 16, 16, 24, 24, 32, 80, 80, 256]);
     }
 }
