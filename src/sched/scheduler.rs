@@ -334,11 +334,13 @@ impl<'t> Scheduler<'t> {
             if slot.next.is_none() {
                 report.prompt_tokens += tokens.len();
             }
-            stepped.push(i);
+            // A decode, or its prompt's last chunk: the step returns its logits.
+            let logits = slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len();
+            stepped.push((i, logits));
             work.push(Work {
                 seq: &mut slot.seq,
                 tokens,
-                logits: slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len(),
+                logits,
             });
         }
         if work.is_empty() {
@@ -350,7 +352,7 @@ impl<'t> Scheduler<'t> {
             Ok(logits) => logits,
             Err(e) => {
                 let what = e.to_string();
-                for &i in stepped.iter().rev() {
+                for &(i, _) in stepped.iter().rev() {
                     let slot = self.slots.remove(i);
                     on_event(slot.id, Event::Done(Err(Failure::Step(what.clone()))));
                 }
@@ -360,11 +362,11 @@ impl<'t> Scheduler<'t> {
         let mut ended = Vec::new();
         // Rows for the sequences that asked (decodes, prompts' last chunks), in order.
         let mut rows = logits.iter();
-        for &i in &stepped {
+        for &(i, asked) in &stepped {
             let slot = &mut self.slots[i];
             if slot.next.is_none() {
                 slot.prefilled += plan[i].len();
-                if slot.prefilled < slot.prompt.len() {
+                if !asked {
                     continue;
                 }
                 self.prefixes.insert(&slot.prompt, &mut slot.seq);
