@@ -80,10 +80,10 @@ impl Limits {
 
     /// Prompt tokens a step with `decodes` decoding sequences takes: `prefill_tokens`,
     /// plus whatever else fits in the rows that step is padded to (16 decodes and 8
-    /// prompt tokens: 8; 13 decodes: 11), never past [`MAX_STEP_TOKENS`].
+    /// prompt tokens: 8; 13 decodes: 11). Never past [`MAX_STEP_TOKENS`]: `new` keeps
+    /// `parallel + prefill_tokens` within it, a multiple of every bucket's grain.
     fn prompt_budget(&self, decodes: usize) -> usize {
-        let rows = step_bucket(decodes + self.prefill_tokens).min(MAX_STEP_TOKENS);
-        rows.saturating_sub(decodes).max(self.prefill_tokens)
+        step_bucket(decodes + self.prefill_tokens) - decodes
     }
 }
 
