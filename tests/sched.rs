@@ -94,12 +94,13 @@ fn staggered_generations_match_each_run_alone() {
             true
         });
         assert!(report.tokens <= 256, "{report:?}");
-        // Beside decodes, prompts take 24 tokens or what fills the rows the step pads to.
+        // Beside more than half a batch of decodes, prompts take 24 tokens or what fills
+        // the rows the step pads to (with half or fewer, up to a whole step).
         let decodes = report.tokens - report.prompt_tokens;
-        if decodes > 0 {
+        if 2 * decodes > 4 {
             assert!(
                 report.tokens <= step_bucket(decodes + 24),
-                "only a step without decodes is large: {report:?}"
+                "only a step with half the batch or less decoding is large: {report:?}"
             );
         }
         largest = largest.max(report.sequences);

@@ -23,10 +23,11 @@ pub struct Limits {
 pub const DEFAULT_PREFILL_TOKENS: usize = 8;
 
 impl Limits {
-    /// At most `parallel` sequences at once. While some of them decode, a step takes
-    /// `prefill_tokens` prompt tokens besides their decodes, or as many more as fill the
-    /// rows the step is padded to anyway ([`step_bucket`]), so their time per token
-    /// stays bounded; with none decoding, prompts fill a whole step ([`MAX_STEP_TOKENS`]).
+    /// At most `parallel` sequences at once. While more than half of them decode, a step
+    /// takes `prefill_tokens` prompt tokens besides their decodes, or as many more as
+    /// fill the rows the step is padded to anyway ([`step_bucket`]), so their time per
+    /// token stays bounded; with half or fewer decoding, prompts fill a whole step
+    /// ([`MAX_STEP_TOKENS`]).
     pub fn new(parallel: usize, prefill_tokens: usize) -> Result<Limits, String> {
         if parallel == 0 {
             return Err("the number of parallel sequences must be at least 1".into());
@@ -78,12 +79,20 @@ impl Limits {
         self.parallel
     }
 
-    /// Prompt tokens a step with `decodes` decoding sequences takes: `prefill_tokens`,
-    /// plus whatever else fits in the rows that step is padded to (16 decodes and 8
-    /// prompt tokens: 8; 13 decodes: 11). Never past [`MAX_STEP_TOKENS`]: `new` keeps
-    /// `parallel + prefill_tokens` within it, a multiple of every bucket's grain.
+    /// Prompt tokens a step with `decodes` decoding sequences takes. While more than
+    /// half of `parallel` decode: `prefill_tokens`, plus whatever else fits in the rows
+    /// that step is padded to (16 decodes and 8 prompt tokens: 8; 13 decodes: 11), so
+    /// their time per token stays bounded. With half or fewer decoding, most of the batch
+    /// is waiting in its prompts: they fill the whole step, so the batch fills at once
+    /// rather than one sequence every step or two (decision 122). Never past
+    /// [`MAX_STEP_TOKENS`]: `new` keeps `parallel + prefill_tokens` within it, a multiple
+    /// of every bucket's grain.
     fn prompt_budget(&self, decodes: usize) -> usize {
-        step_bucket(decodes + self.prefill_tokens) - decodes
+        if 2 * decodes <= self.parallel {
+            MAX_STEP_TOKENS - decodes
+        } else {
+            step_bucket(decodes + self.prefill_tokens) - decodes
+        }
     }
 }
 
@@ -309,10 +318,7 @@ impl<'t> Scheduler<'t> {
             .map(|s| s.next.map_or_else(Vec::new, |t| vec![t]));
         let mut plan: Vec<Vec<u32>> = plan_decodes.collect();
         let decodes = plan.iter().filter(|p| !p.is_empty()).count();
-        let mut budget = match decodes {
-            0 => MAX_STEP_TOKENS,
-            _ => self.limits.prompt_budget(decodes),
-        };
+        let mut budget = self.limits.prompt_budget(decodes);
         for (slot, tokens) in self.slots.iter().zip(plan.iter_mut()) {
             if slot.next.is_none() && budget > 0 {
                 let take = (slot.prompt.len() - slot.prefilled)
@@ -439,16 +445,17 @@ mod tests {
         assert!(Limits::new(1, MAX_STEP_TOKENS - 1).is_ok());
     }
 
-    /// A step beside decodes takes the prompt tokens it was given, or more where the
-    /// rows it pads to have room, and never more than a step holds.
+    /// A step beside more than half a batch of decodes takes the prompt tokens it was
+    /// given, or more where the rows it pads to have room; beside half or fewer, a whole
+    /// step of them; never more than a step holds.
     #[test]
     fn prompt_chunks_fill_the_rows_their_step_pads_to() {
         let limits = Limits::new(16, 8).unwrap();
-        let got: Vec<usize> = [1, 3, 8, 13, 16]
+        let got: Vec<usize> = [0, 1, 3, 8, 9, 13, 16]
             .iter()
             .map(|&d| limits.prompt_budget(d))
             .collect();
-        assert_eq!(got, [15, 13, 8, 11, 8]);
+        assert_eq!(got, [256, 255, 253, 248, 15, 11, 8]);
         for (parallel, prefill) in [(16, 1), (64, 16), (MAX_STEP_TOKENS - PREFILL_CHUNK, 64)] {
             let limits = Limits::new(parallel, prefill).unwrap();
             for decodes in 1..=parallel {
@@ -459,6 +466,9 @@ mod tests {
                     "{parallel} {prefill} {decodes}"
                 );
                 assert_eq!(step_bucket(decodes + budget), decodes + budget);
+                if 2 * decodes > parallel {
+                    assert!(decodes + budget <= step_bucket(decodes + prefill));
+                }
             }
         }
     }

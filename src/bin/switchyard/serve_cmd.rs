@@ -31,11 +31,12 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     parallel: usize,
-    /// Prompt tokens a step takes besides the running generations' next tokens, topped
-    /// up to fill the rows the step is padded to anyway (16 decoding and 8 prompt tokens
-    /// make 24 rows): lower keeps their time per token steadier, higher gets new
-    /// requests their first token sooner. A step with no generation decoding takes whole
-    /// prompts.
+    /// Prompt tokens a step takes besides the running generations' next tokens while
+    /// more than half of --parallel are decoding, topped up to fill the rows the step is
+    /// padded to anyway (16 decoding and 8 prompt tokens make 24 rows): lower keeps
+    /// their time per token steadier, higher gets new requests their first token
+    /// sooner. With half of --parallel or fewer decoding, steps take whole prompts (up to
+    /// 256 tokens), so a batch of new requests starts decoding together.
     #[arg(
         long,
         default_value_t = DEFAULT_PREFILL_TOKENS,
