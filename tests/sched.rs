@@ -70,6 +70,9 @@ fn staggered_generations_match_each_run_alone() {
     let mut done: HashMap<u64, Generation> = HashMap::new();
     let mut next = 0;
     let mut largest = 0;
+    // Steps where a prompt rode beside more than half a batch of decodes, and steps
+    // beside half or fewer that took more than that bound allows: both budgets in use.
+    let (mut bounded, mut whole) = (0, 0);
     for _ in 0..1000 {
         // Admit one waiting prompt per step while there is room.
         if next < prompts.len() && scheduler.has_room() {
@@ -97,15 +100,22 @@ fn staggered_generations_match_each_run_alone() {
         // Beside more than half a batch of decodes, prompts take 24 tokens or what fills
         // the rows the step pads to (with half or fewer, up to a whole step).
         let decodes = report.tokens - report.prompt_tokens;
-        if 2 * decodes > 4 {
+        if 2 * decodes > limits.max_parallel() {
             assert!(
                 report.tokens <= step_bucket(decodes + 24),
                 "only a step with half the batch or less decoding is large: {report:?}"
             );
+            bounded += usize::from(report.prompt_tokens > 0);
+        } else if decodes > 0 {
+            whole += usize::from(report.tokens > step_bucket(decodes + 24));
         }
         largest = largest.max(report.sequences);
     }
     assert_eq!(largest, 4, "the batch never filled");
+    assert!(
+        bounded > 0 && whole > 0,
+        "a budget went unused: {bounded} {whole}"
+    );
     assert_eq!(done.len(), prompts.len());
     for (i, want) in alone.iter().enumerate() {
         let got = &done[&(i as u64)];

@@ -307,7 +307,7 @@ fn prefetch_scales<const K: u8>(w: Panel<'_>, s: usize) {
     if minimums {
         line(w.m.as_ptr().wrapping_add(s * PANEL).cast());
     }
-    let bytes = scale_blocks::<K>() * w.kind.sums_per_block() * PANEL;
+    let bytes = w.kind.sub_bytes(scale_blocks::<K>());
     for sub in &w.sub[..if minimums { 2 } else { 1 }] {
         let at = sub.as_ptr().wrapping_add(s * bytes);
         for off in (0..bytes).step_by(64) {
