@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KV_BLOCK};
 use switchyard::model::sampler::{Sampler, SamplerConfig};
 use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
@@ -226,6 +226,68 @@ fn a_shared_prompt_prefix_is_evaluated_once_and_changes_nothing() {
     assert_eq!(prompt_tokens[0], first.len());
     assert_eq!(prompt_tokens[1], second.len() - reused);
     assert_eq!(done[&1].tokens, alone.tokens, "reuse changed the output");
+}
+
+#[test]
+fn a_running_prompt_is_shared_by_whole_blocks_and_an_ended_one_to_the_token() {
+    let (model, mut runner) = load();
+    let prompt = model
+        .tokenizer
+        .encode_chat(&"Name a colour of the sea. ".repeat(8))
+        .unwrap();
+    let whole = prompt.len() / KV_BLOCK * KV_BLOCK;
+    assert!(whole > 0 && whole < prompt.len(), "{} tokens", prompt.len());
+    let request = || Request {
+        prompt: prompt.clone(),
+        options: options(&model, 6),
+        sampler: greedy(),
+    };
+    let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
+    let mut done: HashMap<u64, Generation> = HashMap::new();
+    let mut texts = 0;
+    let mut step = |scheduler: &mut Scheduler<'_>, runner: &mut Runner| {
+        scheduler.step(runner, &mut |id, event| {
+            match event {
+                Event::Text { .. } => texts += 1,
+                Event::Done(result) => {
+                    done.insert(id, result.unwrap());
+                }
+            }
+            true
+        });
+    };
+    scheduler.admit(&runner, 0, request()).unwrap();
+    step(&mut scheduler, &mut runner);
+    step(&mut scheduler, &mut runner);
+    // Sequence 0 is generating: a second request shares its whole blocks only (the
+    // block sequence 0 writes into stays its own).
+    scheduler.admit(&runner, 1, request()).unwrap();
+    let stats = scheduler.prefix_stats();
+    assert_eq!(
+        (stats.hits, stats.reused_tokens),
+        (1, whole as u64),
+        "{stats:?}"
+    );
+    while scheduler.running() > 0 {
+        step(&mut scheduler, &mut runner);
+    }
+    // Ended, the prompt is shared to the token (all but the one that gives logits).
+    scheduler.admit(&runner, 2, request()).unwrap();
+    while scheduler.running() > 0 {
+        step(&mut scheduler, &mut runner);
+    }
+    let stats = scheduler.prefix_stats();
+    let reused = (whole + prompt.len() - 1) as u64;
+    assert_eq!((stats.hits, stats.reused_tokens), (2, reused), "{stats:?}");
+    assert!(texts > 0);
+    assert_eq!(
+        done[&1].tokens, done[&0].tokens,
+        "whole-block reuse changed the output"
+    );
+    assert_eq!(
+        done[&2].tokens, done[&0].tokens,
+        "reuse to the token changed the output"
+    );
 }
 
 #[test]

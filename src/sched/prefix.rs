@@ -4,7 +4,14 @@
 //! copied when the new sequence first writes into it) and evaluates only the rest, as
 //! `llama-server` reuses a slot's prompt to the token. Least recently used entries go
 //! first.
+//!
+//! While its sequence still generates, a prompt is remembered only as far as its whole
+//! KV blocks go: the block the sequence writes its next tokens into stays its own, so
+//! its first generated token copies nothing (sharing it cost every request a copy of
+//! that block in every layer, decision 123). When the sequence ends, the whole prompt
+//! is remembered, to the token.
 
+use crate::backend::KV_BLOCK;
 use crate::step::Sequence;
 
 /// A remembered prompt.
@@ -79,6 +86,13 @@ impl PrefixCache {
         self.stats.hits += 1;
         self.stats.reused_tokens += len as u64;
         Some((seq, len))
+    }
+
+    /// Remembers the whole KV blocks of `prompt` that `seq` holds, `seq` going on to
+    /// generate after it: see the module's documentation.
+    pub fn insert_running(&mut self, prompt: &[u32], seq: &mut Sequence) {
+        let whole = prompt.len().min(seq.len()) / KV_BLOCK * KV_BLOCK;
+        self.insert(&prompt[..whole], seq);
     }
 
     /// Remembers `prompt` as far as `seq` (which has evaluated it) holds it. A

@@ -375,7 +375,7 @@ impl<'t> Scheduler<'t> {
                 if !asked {
                     continue;
                 }
-                self.prefixes.insert(&slot.prompt, &mut slot.seq);
+                self.prefixes.insert_running(&slot.prompt, &mut slot.seq);
             }
             let Some(logits) = rows.next() else {
                 let missing = ModelError::internal("a batched step returned too few logits");
@@ -396,11 +396,12 @@ impl<'t> Scheduler<'t> {
             }
         }
         for (i, error) in ended.into_iter().rev() {
-            let slot = self.slots.remove(i);
+            let mut slot = self.slots.remove(i);
             let id = slot.id;
             let result = match error {
                 Some(e) => Err(Failure::Model(e)),
                 None => {
+                    self.prefixes.insert(&slot.prompt, &mut slot.seq);
                     let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
                         on_event(id, Event::Text { text, logprobs })
                     };
@@ -415,7 +416,8 @@ impl<'t> Scheduler<'t> {
     /// Ends sequence `id` now as cancelled (its client left), reporting its end.
     pub fn cancel(&mut self, id: u64, on_event: &mut dyn FnMut(u64, Event<'_>) -> bool) {
         if let Some(i) = self.slots.iter().position(|s| s.id == id) {
-            let slot = self.slots.remove(i);
+            let mut slot = self.slots.remove(i);
+            self.prefixes.insert(&slot.prompt, &mut slot.seq);
             let mut quiet = |_: &str, _: &[TokenLogprobs]| false;
             let result = slot.decoding.finish(&mut quiet).map_err(Failure::Model);
             on_event(id, Event::Done(result));
