@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::code::*;
-use super::{Panel, PanelFn, PANEL, ROW_GROUP};
+use super::{Panel, PanelFn, PANEL, PREFETCH_BLOCKS, ROW_GROUP, SCALE_AHEAD};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
@@ -34,18 +34,6 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]
         by_kind!(w.kind, by_rows(w, x, sums, rows, out));
     }
 }
-
-/// How many blocks ahead [`rows_of`] prefetches a panel's weights, whatever the rows:
-/// 16 (4 KiB of a Q4_1 panel) rather than 4, since a block's work is shorter than a
-/// load from memory here (decision 95: a 16-sequence step's products 12 % faster;
-/// decision 119: one-row decode 10–35 % faster, the hardware prefetcher alone leaving
-/// its reads and its arithmetic to take turns).
-const PREFETCH_BLOCKS: usize = 16;
-
-/// How many super-blocks ahead [`rows_of`] asks for the K-quants' and IQ4_XS's scale
-/// entries: two, the span of [`PREFETCH_BLOCKS`] (1B-class decode 5–15 % faster, one
-/// and four ahead no better; decision 121).
-const SCALE_AHEAD: usize = 2;
 
 /// [`rows_of`] for `rows` (1 to [`ROW_GROUP`]) activation rows.
 ///
@@ -113,15 +101,12 @@ unsafe fn rows_of<const G: usize, const K: u8>(
         let qs = w.qs.as_ptr().add(b * w.kind.panel_qs());
         // The weights stream from memory once per step: ask for blocks ahead, so the
         // loads are in flight while this block's arithmetic runs.
-        let ahead = qs.wrapping_add(PREFETCH_BLOCKS * w.kind.panel_qs());
-        for line in (0..w.kind.panel_qs()).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
-        }
+        w.prefetch_block(b + PREFETCH_BLOCKS);
         // The K-quants' and IQ4_XS's scale entries are streams of their own, a line of
         // which lasts one or two super-blocks: asked for ahead like the weights, or each
         // new line stalls a decode (decision 121).
         if per_scale > 1 && b % per_scale == 0 {
-            prefetch_scales::<K>(w, b / per_scale + SCALE_AHEAD);
+            w.prefetch_scales(b / per_scale + SCALE_AHEAD);
         }
         let groups: [__m512i; 8] = if K == Q8_0 {
             std::array::from_fn(|g| _mm512_loadu_si512(qs.add(64 * g).cast()))
@@ -290,29 +275,6 @@ unsafe fn super_block_end<const G: usize, const K: u8>(
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(sd, xd), *acc);
         }
         *dots = _mm512_setzero_si512();
-    }
-}
-
-/// Asks for super-block `s`'s scale entries of the panel: its `d` (and `m`) and its
-/// scale units' bytes. Past the panel's last super-block these are the next panel's,
-/// which comes next in the same task more often than not; a prefetch never faults.
-#[inline(always)]
-fn prefetch_scales<const K: u8>(w: Panel<'_>, s: usize) {
-    let line = |p: *const u8| {
-        // SAFETY: a prefetch reads nothing and never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
-    };
-    line(w.d.as_ptr().wrapping_add(s * PANEL).cast());
-    let minimums = K == Q4K || K == Q5K;
-    if minimums {
-        line(w.m.as_ptr().wrapping_add(s * PANEL).cast());
-    }
-    let bytes = w.kind.sub_bytes(scale_blocks::<K>());
-    for sub in &w.sub[..if minimums { 2 } else { 1 }] {
-        let at = sub.as_ptr().wrapping_add(s * bytes);
-        for off in (0..bytes).step_by(64) {
-            line(at.wrapping_add(off));
-        }
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Bf16DotFn, Bf16RoundFn, FloatPanel, FloatPanelFn, PANEL};
+use super::{Bf16DotFn, Bf16RoundFn, FloatPanel, FloatPanelFn, PANEL, PREFETCH_COLUMNS};
 
 /// The f32 FMA kernel when this CPU has AVX-512 F (with F16C and FMA).
 pub(super) fn kernel() -> Option<FloatPanelFn> {
@@ -105,11 +105,6 @@ unsafe fn rows_of<const G: usize, const BF16: bool>(w: FloatPanel<'_>, x: &[f32]
         None => rows_with::<G, BF16, false>(w, x, out),
     }
 }
-
-/// Columns ahead of the loop whose line [`rows_with`] asks for when no next panel is
-/// given (decode): 128, 4 KiB of the panel. Left to the hardware prefetcher, a one-row
-/// product read 8–25 % slower (decision 120).
-const PREFETCH_COLUMNS: usize = 128;
 
 /// `G` activation rows against the panel, accumulators in registers; with `AHEAD`, a
 /// line of `w.ahead` asked for every two columns, else a line of this panel
