@@ -16,7 +16,8 @@
 use std::arch::x86_64::*;
 
 use super::code::*;
-use super::{Panel, PanelFn, PANEL, PREFETCH_BLOCKS, SCALE_AHEAD};
+use super::prefetch::{PREFETCH_BLOCKS, SCALE_AHEAD};
+use super::{Panel, PanelFn, PANEL};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::BlockQ8;
 

@@ -9,7 +9,8 @@
 use std::arch::x86_64::*;
 
 use super::code::*;
-use super::{Panel, PanelFn, PANEL, PREFETCH_BLOCKS, ROW_GROUP, SCALE_AHEAD};
+use super::prefetch::{PREFETCH_BLOCKS, SCALE_AHEAD};
+use super::{Panel, PanelFn, PANEL, ROW_GROUP};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
