@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{FloatPanel, FloatPanelFn, PANEL, PREFETCH_COLUMNS};
+use super::{FloatPanel, FloatPanelFn, WidenFn, WidenedPanelFn, PANEL, PREFETCH_COLUMNS};
 
 /// The kernel when this CPU has AVX2, FMA and F16C.
 pub(super) fn kernel() -> Option<FloatPanelFn> {
@@ -13,6 +13,125 @@ pub(super) fn kernel() -> Option<FloatPanelFn> {
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
     ok.then_some(panel as FloatPanelFn)
+}
+
+/// The widening and the kernel over widened panels when this CPU has AVX2, FMA and
+/// F16C.
+pub(super) fn widened_kernel() -> Option<(WidenFn, WidenedPanelFn)> {
+    kernel().map(|_| (widen as WidenFn, widened_panel as WidenedPanelFn))
+}
+
+/// Safe entry point: only handed out by [`widened_kernel`] after the features were
+/// detected.
+fn widen(w: FloatPanel<'_>, out: &mut Vec<f32>) {
+    assert!(w.w.len() >= w.stored() * PANEL);
+    out.clear();
+    out.resize(w.k * PANEL, 0.0);
+    // SAFETY: `widened_kernel` checked the CPU features; the assert above and the
+    // resize bound every read and write.
+    unsafe { widen_avx2(w, out) }
+}
+
+/// Each column's 16 values as f32 (`c·PANEL + r`), exactly: f16 converted, bf16 pairs
+/// split by a shift and a mask.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C; `w` must hold its stored values and `out` `k·PANEL`.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn widen_avx2(w: FloatPanel<'_>, out: &mut [f32]) {
+    let (wp, op) = (w.w.as_ptr(), out.as_mut_ptr());
+    let ahead = w.ahead.map(<[u16]>::as_ptr);
+    // Columns c and c + 1 are 64 bytes of the panel (f16 and bf16 alike): the next
+    // panel's line at the same place asked for, since this is the product's one read of
+    // the panel from memory. A prefetch never faults.
+    let next = |c: usize| {
+        if let Some(a) = ahead {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(c * PANEL).cast());
+        }
+    };
+    if w.bf16 {
+        let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+        for c in (0..w.k).step_by(2) {
+            next(c);
+            for h in 0..2 {
+                let v = _mm256_loadu_si256(wp.add(((c / 2) * PANEL + HALF * h) * 2).cast());
+                let even = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v));
+                _mm256_storeu_ps(op.add(c * PANEL + HALF * h), even);
+                if c + 1 < w.k {
+                    let odd = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+                    _mm256_storeu_ps(op.add((c + 1) * PANEL + HALF * h), odd);
+                }
+            }
+        }
+    } else {
+        for c in 0..w.k {
+            if c % 2 == 0 {
+                next(c);
+            }
+            for h in 0..2 {
+                let at = c * PANEL + HALF * h;
+                _mm256_storeu_ps(
+                    op.add(at),
+                    _mm256_cvtph_ps(_mm_loadu_si128(wp.add(at).cast())),
+                );
+            }
+        }
+    }
+}
+
+/// Safe entry point: only handed out by [`widened_kernel`] after the features were
+/// detected.
+fn widened_panel(w: &[f32], k: usize, x: &[f32], rows: usize, out: &mut [f32]) {
+    assert!(w.len() >= k * PANEL && x.len() >= rows * k && out.len() >= rows * PANEL);
+    let mut r0 = 0;
+    // SAFETY: `widened_kernel` checked the CPU features; the assert above bounds every
+    // read and write the kernel makes.
+    unsafe {
+        while r0 < rows {
+            let g = WIDE_ROWS.min(rows - r0);
+            match g {
+                1 => widened_rows::<1>(w, k, x, r0, out),
+                2 => widened_rows::<2>(w, k, x, r0, out),
+                _ => widened_rows::<WIDE_ROWS>(w, k, x, r0, out),
+            }
+            r0 += g;
+        }
+    }
+}
+
+/// [`wide_rows`] over a widened panel: each column's two halves are loads, not
+/// conversions, so the FMA pipes do only FMAs. The same sums in the same order.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; the slices must be as [`widened_panel`] asserts.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widened_rows<const G: usize>(w: &[f32], k: usize, x: &[f32], r0: usize, out: &mut [f32]) {
+    let xp = x.as_ptr().add(r0 * k);
+    let wp = w.as_ptr();
+    let mut even = [[_mm256_setzero_ps(); 2]; G];
+    let mut odd = [[_mm256_setzero_ps(); 2]; G];
+    let add_column = |acc: &mut [[__m256; 2]; G], c: usize| {
+        let w0 = _mm256_loadu_ps(wp.add(c * PANEL));
+        let w1 = _mm256_loadu_ps(wp.add(c * PANEL + HALF));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let v = _mm256_broadcast_ss(&*xp.add(i * k + c));
+            acc[0] = _mm256_fmadd_ps(w0, v, acc[0]);
+            acc[1] = _mm256_fmadd_ps(w1, v, acc[1]);
+        }
+    };
+    for p in 0..k / 2 {
+        add_column(&mut even, 2 * p);
+        add_column(&mut odd, 2 * p + 1);
+    }
+    if !k.is_multiple_of(2) {
+        add_column(&mut even, k - 1);
+    }
+    for i in 0..G {
+        let o = out.as_mut_ptr().add((r0 + i) * PANEL);
+        for h in 0..2 {
+            _mm256_storeu_ps(o.add(HALF * h), _mm256_add_ps(even[i][h], odd[i][h]));
+        }
+    }
 }
 
 /// Rows of one half of a panel.

@@ -10,6 +10,8 @@
 //! On CPUs with AVX-512 BF16, bf16 weights take `vdpbf16ps` on activations rounded to
 //! bf16, as llama.cpp does (twice the products per instruction; ≤ 2⁻⁹ relative error
 //! per activation); elsewhere they take the f32 FMA kernel, bit for bit its scalar twin.
+//! With AVX2 alone, a product of many rows (prefill) first widens each panel to f32 in
+//! a per-thread buffer and runs the same FMAs on it, the same sums in the same order.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -35,8 +37,8 @@ struct FloatPanel<'a> {
     w: &'a [u16],
     k: usize,
     /// The next panel (as many values as `w`), for the kernels to ask the caches for
-    /// as they first walk `w` (AVX-512; AVX2 in its f16 pass over three rows; the
-    /// portable twin takes no hint): given on a panel's first
+    /// as they first walk `w` (AVX-512; AVX2 in its f16 pass over three rows and as it
+    /// widens a panel; the portable twin takes no hint): given on a panel's first
     /// group of activation rows when more groups follow, since that pass otherwise
     /// waits on memory for each line while the later groups find it cached (decision
     /// 107); `None` where one pass per panel streams from memory in order (decode).
@@ -93,12 +95,31 @@ type Bf16DotFn = fn(FloatPanel<'_>, &[u32], usize, &mut [f32]);
 /// the kernel takes at once (returned).
 type Bf16RoundFn = fn(&[f32], &mut [u16]) -> usize;
 
-/// A float panel kernel: f32 FMAs, or bf16 pair dot products.
+/// `widen(w, out)`: panel `w`'s values as f32 into `out`, column by column
+/// (`c·PANEL + r`, `k·PANEL` values), exactly.
+type WidenFn = fn(FloatPanel<'_>, &mut Vec<f32>);
+
+/// As [`FloatPanelFn`] over a panel [`WidenFn`] widened: `(w, k, x, rows, out)`.
+type WidenedPanelFn = fn(&[f32], usize, &[f32], usize, &mut [f32]);
+
+/// A float panel kernel: f32 FMAs, bf16 pair dot products, or f32 FMAs over panels
+/// widened to f32 once per product.
 #[derive(Clone, Copy)]
 enum Kernel {
     Fma(FloatPanelFn),
     Bf16Dot(Bf16DotFn),
+    Widened(WidenFn, WidenedPanelFn),
 }
+
+/// Largest widened panel (f32 bytes) a product widens rather than converting as it
+/// goes: 256 KiB, `k` up to 4096, so it stays in a core's L2 beside the activations
+/// (decision 126).
+const WIDEN_MAX_BYTES: usize = 256 << 10;
+
+/// Fewest activation rows a product widens its panels for: 32. Prefill chunks (64
+/// rows) gained; a 16-sequence decode step lost 15 %, too few passes to pay for
+/// writing and rereading a panel twice the size (decision 126).
+const WIDEN_MIN_ROWS: usize = 32;
 
 /// Whether this CPU has float panel kernels.
 pub(super) fn available() -> bool {
@@ -119,14 +140,26 @@ fn fma_kernel() -> Option<FloatPanelFn> {
     }
 }
 
-/// The kernel for `kind`'s panels on this CPU.
-fn kernel(kind: PackedKind) -> Option<Kernel> {
+/// The kernel for `kind`'s panels on this CPU for a product of `m` activation rows
+/// of `k` columns. With AVX2 but not AVX-512, a product of many rows widens each
+/// panel to f32 once, so its passes over the panel spend no slot on conversions
+/// (decision 126).
+fn kernel(kind: PackedKind, m: usize, k: usize) -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
-    if kind == PackedKind::BF16 {
-        if let Some(dot) = avx512::bf16_dot_kernel() {
-            return Some(Kernel::Bf16Dot(dot));
+    {
+        if kind == PackedKind::BF16 {
+            if let Some(dot) = avx512::bf16_dot_kernel() {
+                return Some(Kernel::Bf16Dot(dot));
+            }
+        }
+        if avx512::kernel().is_none() && m >= WIDEN_MIN_ROWS && k * PANEL * 4 <= WIDEN_MAX_BYTES {
+            if let Some((widen, f)) = avx2::widened_kernel() {
+                return Some(Kernel::Widened(widen, f));
+            }
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (m, k);
     fma_kernel().map(Kernel::Fma)
 }
 
@@ -190,6 +223,20 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
         Kernel::Fma(f) => for_panels(m, &rows, outs, |i, p, r0, rows, o| {
             f(panel(i, p, r0), &x[r0 * k..(r0 + rows) * k], rows, o);
         }),
+        Kernel::Widened(widen, f) => {
+            // Each task widens a panel when its first group of rows comes and keeps it
+            // for the rest, keyed by this call and the panel.
+            let call = WIDEN_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+                WIDENED.with_borrow_mut(|(key, wide)| {
+                    if *key != Some((call, i, p)) {
+                        widen(panel(i, p, r0), wide);
+                        *key = Some((call, i, p));
+                    }
+                    f(wide, k, &x[r0 * k..(r0 + rows) * k], rows, o);
+                });
+            });
+        }
         Kernel::Bf16Dot(f) => {
             let pairs = k.div_ceil(2);
             let xb = bf16_pairs(x, m, k);
@@ -203,6 +250,20 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
             });
         }
     }
+}
+
+/// Products run with [`Kernel::Widened`], numbering them so that a thread's widened
+/// panel is never taken for another product's.
+static WIDEN_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Which (product, weight, panel) a thread's widened panel holds.
+type WidenKey = Option<(u64, usize, usize)>;
+
+thread_local! {
+    /// This thread's last widened panel (at most [`WIDEN_MAX_BYTES`], kept for the
+    /// next product) and which it is.
+    static WIDENED: std::cell::RefCell<(WidenKey, Vec<f32>)> =
+        const { std::cell::RefCell::new((None, Vec::new())) };
 }
 
 /// The `[m, k]` activations rounded to bf16 (to nearest, ties to even), two columns a
@@ -260,7 +321,7 @@ pub(super) fn matmul(
     let Some(first) = ws.first() else {
         return Ok(());
     };
-    let kernel = kernel(first.kind).ok_or_else(|| {
+    let kernel = kernel(first.kind, m, first.k).ok_or_else(|| {
         BackendError::Device(
             "packed f16/bf16 weights need AVX2 and FMA, which this CPU lacks".into(),
         )

@@ -1,5 +1,5 @@
 //! The float panel kernels: the scalar twin against an f64 product, the AVX-512 and
-//! AVX2 FMA kernels against the twin bit for bit, the bf16 pair kernel against an f64
+//! AVX2 FMA kernels (the latter over widened panels too) against the twin bit for bit, the bf16 pair kernel against an f64
 //! product of its rounded activations, rows alone against rows in a batch.
 
 use half::{bf16, f16};
@@ -71,6 +71,15 @@ fn avx512_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
 fn avx2_matches_its_scalar_twin_bit_for_bit_and_is_batch_invariant() {
     match super::avx2::kernel() {
         Some(simd) => matches_the_scalar_twin(Kernel::Fma(simd), "AVX2"),
+        None => println!("skipped: this CPU lacks AVX2"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_over_widened_panels_matches_the_scalar_twin_bit_for_bit() {
+    match super::avx2::widened_kernel() {
+        Some((widen, f)) => matches_the_scalar_twin(Kernel::Widened(widen, f), "AVX2 widened"),
         None => println!("skipped: this CPU lacks AVX2"),
     }
 }
