@@ -64,6 +64,10 @@ pub(crate) const PANEL: usize = 16;
 /// Activation rows one kernel call takes (the kernel splits them into passes).
 const ROW_GROUP: usize = 8;
 
+/// Most activation rows any kernel takes a call ([`for_panels`]' `group`: 8, or 12 over
+/// widened float panels).
+const MAX_ROW_GROUP: usize = 12;
+
 /// Source rows packed between two calls of [`PackedWeight::pack_releasing`]'s `done`.
 pub(crate) const RELEASE_ROWS: usize = 256;
 
@@ -833,7 +837,7 @@ fn matmul_with(
     }
     let acts = Activations::quantize(x, m, first.k, first.kind)?;
     let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
-    for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+    for_panels(m, &rows, outs, ROW_GROUP, |i, p, r0, rows, o| {
         let (xb, sums) = acts.rows(r0..r0 + rows);
         kernel(ws[i].panel(p), xb, sums, rows, o);
     });
@@ -841,7 +845,7 @@ fn matmul_with(
 }
 
 /// Runs `panel(i, p, r0, rows, o)` for every panel `p` of every weight `i` (of `ns[i]`
-/// rows) and every group of up to [`ROW_GROUP`] activation rows from `r0`, `o` being
+/// rows) and every group of up to `group` activation rows from `r0`, `o` being
 /// that group's `rows × PANEL` outputs; all panels of all weights in parallel, each
 /// group's outputs written straight into its columns of `outs[i] [m, ns[i]]`.
 ///
@@ -852,8 +856,10 @@ fn for_panels(
     m: usize,
     ns: &[usize],
     outs: &mut [&mut [f32]],
+    group: usize,
     panel: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync,
 ) {
+    assert!((1..=MAX_ROW_GROUP).contains(&group), "row group {group}");
     if m == 0 {
         return;
     }
@@ -886,11 +892,11 @@ fn for_panels(
     cols.par_chunks_mut(m)
         .zip(tasks)
         .for_each(|(cols, (i, first))| {
-            let mut o = [0.0f32; ROW_GROUP * PANEL];
+            let mut o = [0.0f32; MAX_ROW_GROUP * PANEL];
             let width = cols.first().map_or(0, |c| c.len());
             for j in 0..width.div_ceil(PANEL) {
-                for r0 in (0..m).step_by(ROW_GROUP) {
-                    let rows = ROW_GROUP.min(m - r0);
+                for r0 in (0..m).step_by(group) {
+                    let rows = group.min(m - r0);
                     panel(i, first + j, r0, rows, &mut o[..rows * PANEL]);
                     for (row, o) in cols[r0..r0 + rows].iter_mut().zip(o.chunks(PANEL)) {
                         let dst = &mut row[j * PANEL..];

@@ -20,7 +20,7 @@ mod avx512;
 #[cfg(test)]
 mod tests;
 
-use super::{for_panels, CacheLine, PackedKind, PackedWeight, PANEL};
+use super::{for_panels, CacheLine, PackedKind, PackedWeight, PANEL, ROW_GROUP};
 use crate::backend::BackendError;
 
 /// Columns ahead of the loop whose line the SIMD kernels ask for when no next panel is
@@ -115,6 +115,11 @@ enum Kernel {
 /// goes: 256 KiB, `k` up to 4096, so it stays in a core's L2 beside the activations
 /// (decision 126).
 const WIDEN_MAX_BYTES: usize = 256 << 10;
+
+/// Activation rows a call over a widened panel takes: 12, four passes of three rows,
+/// where the 8 of the other kernels left a pass of two in every call (1B F16 pp128
+/// 112.7 / 113.8 / 111.1 → 114.6 / 115.4 / 117.2 tok/s, decision 126).
+const WIDENED_ROW_GROUP: usize = 12;
 
 /// Fewest activation rows a product widens its panels for: 32. Prefill chunks (64
 /// rows) gained; a 16-sequence decode step lost 15 %, too few passes to pay for
@@ -216,18 +221,18 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
             bf16,
             w,
             k,
-            ahead: next.filter(|_| r0 == 0 && m > super::ROW_GROUP),
+            ahead: next.filter(|_| r0 == 0 && m > ROW_GROUP),
         }
     };
     match kernel {
-        Kernel::Fma(f) => for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+        Kernel::Fma(f) => for_panels(m, &rows, outs, ROW_GROUP, |i, p, r0, rows, o| {
             f(panel(i, p, r0), &x[r0 * k..(r0 + rows) * k], rows, o);
         }),
         Kernel::Widened(widen, f) => {
             // Each task widens a panel when its first group of rows comes and keeps it
             // for the rest, keyed by this call and the panel.
             let call = WIDEN_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+            for_panels(m, &rows, outs, WIDENED_ROW_GROUP, |i, p, r0, rows, o| {
                 WIDENED.with_borrow_mut(|(key, wide)| {
                     if *key != Some((call, i, p)) {
                         widen(panel(i, p, r0), wide);
@@ -240,7 +245,7 @@ fn matmul_with(kernel: Kernel, x: &[f32], m: usize, ws: &[&PackedWeight], outs: 
         Kernel::Bf16Dot(f) => {
             let pairs = k.div_ceil(2);
             let xb = bf16_pairs(x, m, k);
-            for_panels(m, &rows, outs, |i, p, r0, rows, o| {
+            for_panels(m, &rows, outs, ROW_GROUP, |i, p, r0, rows, o| {
                 f(
                     panel(i, p, r0),
                     &xb[r0 * pairs..(r0 + rows) * pairs],
