@@ -90,46 +90,11 @@ fn widened_panel(w: &[f32], k: usize, x: &[f32], rows: usize, out: &mut [f32]) {
         while r0 < rows {
             let g = WIDE_ROWS.min(rows - r0);
             match g {
-                1 => widened_rows::<1>(w, k, x, r0, out),
-                2 => widened_rows::<2>(w, k, x, r0, out),
-                _ => widened_rows::<WIDE_ROWS>(w, k, x, r0, out),
+                1 => wide_rows::<1, false, _>(Widened(w.as_ptr()), None, k, x, r0, out),
+                2 => wide_rows::<2, false, _>(Widened(w.as_ptr()), None, k, x, r0, out),
+                _ => wide_rows::<WIDE_ROWS, false, _>(Widened(w.as_ptr()), None, k, x, r0, out),
             }
             r0 += g;
-        }
-    }
-}
-
-/// [`wide_rows`] over a widened panel: each column's two halves are loads, not
-/// conversions, so the FMA pipes do only FMAs. The same sums in the same order.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA; the slices must be as [`widened_panel`] asserts.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn widened_rows<const G: usize>(w: &[f32], k: usize, x: &[f32], r0: usize, out: &mut [f32]) {
-    let xp = x.as_ptr().add(r0 * k);
-    let wp = w.as_ptr();
-    let mut even = [[_mm256_setzero_ps(); 2]; G];
-    let mut odd = [[_mm256_setzero_ps(); 2]; G];
-    let add_column = |acc: &mut [[__m256; 2]; G], c: usize| {
-        let w0 = _mm256_loadu_ps(wp.add(c * PANEL));
-        let w1 = _mm256_loadu_ps(wp.add(c * PANEL + HALF));
-        for (i, acc) in acc.iter_mut().enumerate() {
-            let v = _mm256_broadcast_ss(&*xp.add(i * k + c));
-            acc[0] = _mm256_fmadd_ps(w0, v, acc[0]);
-            acc[1] = _mm256_fmadd_ps(w1, v, acc[1]);
-        }
-    };
-    for p in 0..k / 2 {
-        add_column(&mut even, 2 * p);
-        add_column(&mut odd, 2 * p + 1);
-    }
-    if !k.is_multiple_of(2) {
-        add_column(&mut even, k - 1);
-    }
-    for i in 0..G {
-        let o = out.as_mut_ptr().add((r0 + i) * PANEL);
-        for h in 0..2 {
-            _mm256_storeu_ps(o.add(HALF * h), _mm256_add_ps(even[i][h], odd[i][h]));
         }
     }
 }
@@ -166,8 +131,22 @@ fn panel(w: FloatPanel<'_>, x: &[f32], rows: usize, out: &mut [f32]) {
             while rows - r0 >= WIDE_ROWS {
                 // The first pass reads the panel from memory: it asks for the next.
                 match (r0, w.ahead) {
-                    (0, Some(_)) => wide_rows::<WIDE_ROWS, true>(w, x, r0, out),
-                    _ => wide_rows::<WIDE_ROWS, false>(w, x, r0, out),
+                    (0, Some(next)) => wide_rows::<WIDE_ROWS, true, _>(
+                        Halves(w.w.as_ptr()),
+                        Some(next.as_ptr()),
+                        w.k,
+                        x,
+                        r0,
+                        out,
+                    ),
+                    _ => wide_rows::<WIDE_ROWS, false, _>(
+                        Halves(w.w.as_ptr()),
+                        None,
+                        w.k,
+                        x,
+                        r0,
+                        out,
+                    ),
                 }
                 r0 += WIDE_ROWS;
             }
@@ -314,32 +293,64 @@ unsafe fn half_rows<const G: usize, const BF16: bool>(
     }
 }
 
-/// f16 activation rows `r0..r0 + G` against both halves of the panel at once: per
-/// column, its 16 rows converted into two registers, then two FMAs per activation row
-/// against one broadcast, into the row's even- or odd-column accumulators of each half.
-/// Half the broadcasts per FMA of [`half_rows`], the same sums in the same order.
+/// Where [`wide_rows`] takes a column's two halves (8 rows each) as f32 from.
+trait Columns: Copy {
+    /// Half `h` of column `c`.
+    ///
+    /// # Safety
+    /// Column `c` must lie in the panel; the CPU must have AVX2 and F16C.
+    unsafe fn half(self, c: usize, h: usize) -> __m256;
+}
+
+/// An f16 panel: each half converted (`vcvtph2ps`) as it is used.
+#[derive(Clone, Copy)]
+struct Halves(*const u16);
+
+/// A panel [`widen`] widened to f32: each half a load.
+#[derive(Clone, Copy)]
+struct Widened(*const f32);
+
+impl Columns for Halves {
+    #[inline(always)]
+    unsafe fn half(self, c: usize, h: usize) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(self.0.add(c * PANEL + HALF * h).cast()))
+    }
+}
+
+impl Columns for Widened {
+    #[inline(always)]
+    unsafe fn half(self, c: usize, h: usize) -> __m256 {
+        _mm256_loadu_ps(self.0.add(c * PANEL + HALF * h))
+    }
+}
+
+/// Activation rows `r0..r0 + G` (of `k` values) against both halves of a panel of `k`
+/// columns at once: per column, its 16 rows in two registers (converted from f16, or
+/// loaded from a widened panel), then two FMAs per activation row against one
+/// broadcast, into the row's even- or odd-column accumulators of each half. Half the
+/// broadcasts per FMA of [`half_rows`], the same sums in the same order.
 ///
-/// With `AHEAD`, a line of `w.ahead` is asked for every two columns.
+/// With `AHEAD`, a line of the `ahead` panel is asked for every two columns.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C; the slices must be as [`panel`] asserts.
+/// The CPU must have AVX2, FMA and F16C; the panel must hold `k` columns, `x` `r0 + G`
+/// rows of `k` and `out` `r0 + G` rows of [`PANEL`]; with `AHEAD`, `ahead` is `Some`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn wide_rows<const G: usize, const AHEAD: bool>(
-    w: FloatPanel<'_>,
+unsafe fn wide_rows<const G: usize, const AHEAD: bool, P: Columns>(
+    w: P,
+    ahead: Option<*const u16>,
+    k: usize,
     x: &[f32],
     r0: usize,
     out: &mut [f32],
 ) {
-    let k = w.k;
     let xp = x.as_ptr().add(r0 * k);
-    let wp = w.w.as_ptr();
-    let ahead = w.ahead.unwrap_or(w.w).as_ptr();
+    let ahead = ahead.unwrap_or(std::ptr::null());
     let mut even = [[_mm256_setzero_ps(); 2]; G];
     let mut odd = [[_mm256_setzero_ps(); 2]; G];
     // Column c's 16 weights into each row's accumulator pair `acc` (even or odd).
     let add_column = |acc: &mut [[__m256; 2]; G], c: usize| {
-        let w0 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(c * PANEL).cast()));
-        let w1 = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(c * PANEL + HALF).cast()));
+        let (w0, w1) = (w.half(c, 0), w.half(c, 1));
         for (i, acc) in acc.iter_mut().enumerate() {
             let v = _mm256_broadcast_ss(&*xp.add(i * k + c));
             acc[0] = _mm256_fmadd_ps(w0, v, acc[0]);
@@ -347,8 +358,8 @@ unsafe fn wide_rows<const G: usize, const AHEAD: bool>(
         }
     };
     for p in 0..k / 2 {
-        // Two columns are 64 bytes of the panel: one line of the next. A prefetch never
-        // faults.
+        // Two f16 columns are 64 bytes of the panel: one line of the next. A prefetch
+        // never faults.
         if AHEAD {
             _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(2 * p * PANEL).cast());
         }
