@@ -1,7 +1,9 @@
 //! AVX2 float panel kernels: the AVX-512 f32 FMA one split over the panel's two halves
 //! (8 rows, one 256-bit register each). Several activation rows take one half at a
-//! time, up to four rows a pass; one row (decode) takes both halves at once, so that
-//! four FMA chains are in flight. Each is a twin of [`super::scalar`], bit for bit.
+//! time, up to four rows a pass (f16: both halves, three rows a pass); one row (decode)
+//! takes both halves at once, so that four FMA chains are in flight. A prefill product
+//! may first widen a panel to f32 ([`widen`]) and run the three-row passes over loads
+//! instead of conversions. Each is a twin of [`super::scalar`], bit for bit.
 
 use std::arch::x86_64::*;
 
