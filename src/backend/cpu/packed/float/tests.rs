@@ -1,6 +1,7 @@
 //! The float panel kernels: the scalar twin against an f64 product, the AVX-512 and
-//! AVX2 FMA kernels (the latter over widened panels too) against the twin bit for bit, the bf16 pair kernel against an f64
-//! product of its rounded activations, rows alone against rows in a batch.
+//! AVX2 FMA kernels (the latter over widened panels too) against the twin bit for bit,
+//! the bf16 pair kernel against an f64 product of its rounded activations, rows alone
+//! against rows in a batch.
 
 use half::{bf16, f16};
 
