@@ -7,6 +7,7 @@ mod compile;
 mod dispatch;
 mod kernels;
 mod packed;
+mod prefetch;
 mod quant;
 mod simd;
 pub mod threads;

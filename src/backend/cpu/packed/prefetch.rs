@@ -2,9 +2,8 @@
 //! that stream it from memory: both the AVX-512 and the AVX2 packed kernel call these
 //! on their first pass over a panel (decisions 95, 119, 121 and 124).
 
-use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-
 use super::{Panel, PANEL};
+use crate::backend::cpu::prefetch::line as prefetch_line;
 
 /// How many blocks ahead the SIMD kernels ask for a panel's weights while they stream
 /// it from memory: 16 (4 KiB of a Q4_1 panel) rather than 4, since a block's work is
@@ -18,14 +17,6 @@ pub(super) const PREFETCH_BLOCKS: usize = 16;
 /// scale entries: two, the span of [`PREFETCH_BLOCKS`] (1B-class decode 5–15 % faster,
 /// one and four ahead no better; decisions 121 and 124).
 pub(super) const SCALE_AHEAD: usize = 2;
-
-/// Asks for the cache line holding `p` (a hint: it reads nothing and never faults,
-/// whatever the address, so addresses past a slice's end are fine).
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    // SAFETY: a prefetch reads nothing and never faults.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
-}
 
 impl Panel<'_> {
     /// Asks for block `b`'s quants. Past the panel's last block these are the next

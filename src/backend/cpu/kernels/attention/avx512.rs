@@ -10,6 +10,7 @@ use std::sync::Arc;
 use half::f16;
 
 use super::{GroupTask, Rows, Scratch};
+use crate::backend::cpu::prefetch;
 use crate::backend::KV_BLOCK;
 
 /// Positions ahead of the score loop whose key rows it asks for. A decoding step's
@@ -232,21 +233,10 @@ impl GroupTask<'_> {
     }
 }
 
-/// Asks for the cache lines of one kv head's row, `16·D` values from `row` (its first
-/// and last byte and every 64 between). Plain pointer arithmetic: the indexed, checked
-/// walk it replaced cost more than it saved (decision 105).
+/// Asks for the cache lines of one kv head's row, `16·D` values from `row`.
 #[inline(always)]
 fn prefetch_row<T, const D: usize>(row: *const T) {
-    let bytes = 16 * D * std::mem::size_of::<T>();
-    let start = row.cast::<u8>();
-    let mut at = 0;
-    while at < bytes {
-        // SAFETY: a prefetch reads nothing and never faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast()) };
-        at += 64;
-    }
-    // SAFETY: as above.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(bytes - 1).cast()) };
+    prefetch::span(row.cast(), 16 * D * std::mem::size_of::<T>());
 }
 
 /// Each block holding one of the first `seen` positions of `rows`: its first position and

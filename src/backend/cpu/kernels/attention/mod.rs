@@ -7,6 +7,7 @@ use rayon::prelude::*;
 use super::check_len;
 use half::f16;
 
+use crate::backend::cpu::prefetch;
 use crate::backend::{BackendError, KvBlocks, KvRows, StepState, KV_BLOCK};
 
 /// Attention attributes (see [`crate::graph::Op::Attention`]).
@@ -212,26 +213,11 @@ fn prefetch_block<T>(block: Option<&Arc<Vec<T>>>, at: usize, width: usize, value
         return;
     };
     if values {
-        let start = block.as_ptr().wrapping_add(at).cast::<u8>();
-        let bytes = width * std::mem::size_of::<T>();
-        for byte in (0..bytes).step_by(64).chain([bytes.saturating_sub(1)]) {
-            prefetch(start.wrapping_add(byte));
-        }
+        let start = block.as_ptr().wrapping_add(at).cast();
+        prefetch::span(start, width * std::mem::size_of::<T>());
     } else {
-        prefetch(Arc::as_ptr(block).cast());
+        prefetch::line(Arc::as_ptr(block).cast());
     }
-}
-
-/// Asks the caches for the line holding `at`; nothing where the CPU has no such hint.
-#[inline(always)]
-fn prefetch(at: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing and never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// Most tokens whose queries one attention task scores together.

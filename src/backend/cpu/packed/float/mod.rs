@@ -151,21 +151,37 @@ fn fma_kernel() -> Option<FloatPanelFn> {
 /// (decision 126).
 fn kernel(kind: PackedKind, m: usize, k: usize) -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
-    {
-        if kind == PackedKind::BF16 {
-            if let Some(dot) = avx512::bf16_dot_kernel() {
-                return Some(Kernel::Bf16Dot(dot));
-            }
-        }
-        if avx512::kernel().is_none() && m >= WIDEN_MIN_ROWS && k * PANEL * 4 <= WIDEN_MAX_BYTES {
-            if let Some((widen, f)) = avx2::widened_kernel() {
-                return Some(Kernel::Widened(widen, f));
-            }
+    if kind == PackedKind::BF16 {
+        if let Some(dot) = avx512::bf16_dot_kernel() {
+            return Some(Kernel::Bf16Dot(dot));
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (m, k);
+    if m >= WIDEN_MIN_ROWS && k * PANEL * 4 <= WIDEN_MAX_BYTES {
+        if let Some((widen, f)) = widened_kernel() {
+            return Some(Kernel::Widened(widen, f));
+        }
+    }
     fma_kernel().map(Kernel::Fma)
+}
+
+/// The widening and its kernel where this CPU has AVX2 but not AVX-512 F (whose own
+/// passes already convert once per 16 FMAs), looked up once.
+fn widened_kernel() -> Option<(WidenFn, WidenedPanelFn)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static KERNEL: std::sync::OnceLock<Option<(WidenFn, WidenedPanelFn)>> =
+            std::sync::OnceLock::new();
+        *KERNEL.get_or_init(|| {
+            avx512::kernel()
+                .is_none()
+                .then(avx2::widened_kernel)
+                .flatten()
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
 }
 
 /// Lays the `[n, k]` two-byte values in `bytes` out as panels (the caller checked the
