@@ -26,7 +26,18 @@ dir="${1:-$home/llamacpp-tools}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 bin="$dir/bin"
-if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-server" ]; then
+# llama.cpp's AMX matmul (ggml_backend_amx_mul_mat, compiled in by -march=native on a CPU
+# with AMX) faults on its first tile configuration on the AMX host this project has run on
+# (ldtilecfg, general protection: every quantized type, one thread or two, while a plain
+# tile program runs there), so on such a CPU the tools are built without AMX: llama.cpp's
+# fastest mode that runs, its AVX-512 REPACK path included. LLAMACPP_AMX=1 keeps AMX.
+# GCC lets an explicit -mno-X win over -march=native whatever their order.
+flags=""
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${LLAMACPP_AMX:-0}" != 1 ]; then
+  flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-server" ] \
+  && [ "$(cat "$bin/cflags" 2>/dev/null)" = "$flags" ]; then
   echo "$bin"; exit 0
 fi
 
@@ -44,8 +55,10 @@ if [ ! -x "$dir/venv/bin/cmake" ] || [ ! -x "$dir/venv/bin/ninja" ]; then
 fi
 export PATH="$dir/venv/bin:$PATH"
 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF >&2
 cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-quantize llama-server >&2
 mkdir -p "$bin"
 cp "$src/build/bin/llama-bench" "$src/build/bin/llama-quantize" "$src/build/bin/llama-server" "$bin/"
+printf '%s' "$flags" > "$bin/cflags"
 echo "$bin"
