@@ -1,5 +1,6 @@
 //! SIMD kernels for f16 and bf16 weights behind a dispatch table chosen once per
-//! process: AVX-512 (with BF16 pair dot products where present), AVX2 + F16C, or the
+//! process: AVX-512 (with BF16 pair dot products where present and faster, decision
+//! 128), AVX2 + F16C, or the
 //! portable scalar twins. Decode multiplies 1–4 activation rows by weight rows in
 //! their stored two-byte form, so the weights are read once at their own size;
 //! prefill widens tiles of weight rows to f32 for the f32 GEMM.
@@ -104,7 +105,15 @@ impl Table {
         static TABLE: OnceLock<Table> = OnceLock::new();
         TABLE.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            if let Some(t) = Table::avx512().or_else(Table::avx2) {
+            if let Some(t) = Table::avx512() {
+                // The pair kernel where it beats the widened FMAs (decision 128).
+                let pays = crate::backend::cpu::bf16_pairs::bf16_pairs_pay();
+                return Table {
+                    bf16_dot: t.bf16_dot.filter(|_| pays),
+                    ..t
+                };
+            }
+            if let Some(t) = Table::avx2() {
                 return t;
             }
             Table::SCALAR

@@ -7,9 +7,10 @@
 //! whatever the number of rows: results are batch-invariant, and one row has two chains
 //! in flight.
 //!
-//! On CPUs with AVX-512 BF16, bf16 weights take `vdpbf16ps` on activations rounded to
-//! bf16, as llama.cpp does (twice the products per instruction; ≤ 2⁻⁹ relative error
-//! per activation); elsewhere they take the f32 FMA kernel, bit for bit its scalar twin.
+//! On CPUs with AVX-512 BF16 where it is the faster kernel (not Intel's: decision 128),
+//! bf16 weights take `vdpbf16ps` on activations rounded to bf16, as llama.cpp does
+//! (twice the products per instruction; ≤ 2⁻⁹ relative error per activation); elsewhere
+//! they take the f32 FMA kernel, bit for bit its scalar twin.
 //! With AVX2 alone, a product of many rows (prefill) first widens each panel to f32 in
 //! a per-thread buffer and runs the same FMAs on it, the same sums in the same order.
 
@@ -21,6 +22,8 @@ mod avx512;
 mod tests;
 
 use super::{for_panels, CacheLine, PackedKind, PackedWeight, PANEL, ROW_GROUP};
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::bf16_pairs::bf16_pairs_pay;
 use crate::backend::BackendError;
 
 /// Columns ahead of the loop whose line the SIMD kernels ask for when no next panel is
@@ -151,7 +154,7 @@ fn fma_kernel() -> Option<FloatPanelFn> {
 /// (decision 126).
 fn kernel(kind: PackedKind, m: usize, k: usize) -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
-    if kind == PackedKind::BF16 {
+    if kind == PackedKind::BF16 && bf16_pairs_pay() {
         if let Some(dot) = avx512::bf16_dot_kernel() {
             return Some(Kernel::Bf16Dot(dot));
         }
