@@ -1,9 +1,8 @@
 //! SIMD kernels for f16 and bf16 weights behind a dispatch table chosen once per
 //! process: AVX-512 (with BF16 pair dot products where present and faster, decision
-//! 128), AVX2 + F16C, or the
-//! portable scalar twins. Decode multiplies 1–4 activation rows by weight rows in
-//! their stored two-byte form, so the weights are read once at their own size;
-//! prefill widens tiles of weight rows to f32 for the f32 GEMM.
+//! 128), AVX2 + F16C, or the portable scalar twins. Decode multiplies 1–4 activation
+//! rows by weight rows in their stored two-byte form, so the weights are read once at
+//! their own size; prefill widens tiles of weight rows to f32 for the f32 GEMM.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
