@@ -2,6 +2,7 @@
 //! rayon pool the backend owns. It is the fallback every plan can rely on.
 
 mod awake;
+#[cfg(target_arch = "x86_64")]
 mod bf16_pairs;
 mod capability;
 mod compile;
