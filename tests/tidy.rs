@@ -19,6 +19,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/packed/avx512.rs",
     "src/backend/cpu/packed/float/avx2.rs",
     "src/backend/cpu/packed/float/avx512.rs",
+    "src/backend/cpu/packed/lines.rs",
     "src/backend/cpu/prefetch.rs",
     "src/backend/cpu/simd/avx2.rs",
     "src/backend/cpu/simd/avx2_k.rs",

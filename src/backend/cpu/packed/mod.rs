@@ -42,6 +42,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod float;
+mod lines;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
 #[cfg(test)]
@@ -53,6 +54,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rayon::prelude::*;
+
+use lines::Lines;
 
 use super::simd::{quantize_rows_shared, scales_mins, BlockQ8, QK, QK_K};
 use crate::backend::{BackendError, SharedBytes};
@@ -279,7 +282,7 @@ pub(crate) struct PackedWeight {
     kind: PackedKind,
     n: usize,
     k: usize,
-    qs: Vec<CacheLine>,
+    qs: Lines,
     d: Vec<u16>,
     m: Vec<u16>,
     sub: [Vec<u8>; 2],
@@ -465,8 +468,8 @@ impl PackedWeight {
         let nb = k / QK;
         let per_scale = kind.blocks_per_scale();
         let panels = n.div_ceil(PANEL);
-        let mut lines = vec![CacheLine([0; 64]); panels * nb * kind.panel_qs() / 64];
-        let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines);
+        let mut lines = Lines::zeroed(panels * nb * kind.panel_qs() / 64);
+        let qs: &mut [u8] = bytemuck::cast_slice_mut(&mut lines[..]);
         let scales = panels * nb / per_scale * PANEL;
         let mut d = vec![0u16; scales];
         let minimums = kind.has_minimum() || kind.has_sub_minimum();
@@ -555,7 +558,7 @@ impl PackedWeight {
         let scales = p * per_scale..(p + 1) * per_scale;
         Panel {
             kind: self.kind,
-            qs: &bytemuck::cast_slice(&self.qs)
+            qs: &bytemuck::cast_slice(&self.qs[..])
                 [p * nb * self.kind.panel_qs()..(p + 1) * nb * self.kind.panel_qs()],
             d: &self.d[scales.clone()],
             m: self.m.get(scales).unwrap_or(&[]),

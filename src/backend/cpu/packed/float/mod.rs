@@ -21,7 +21,8 @@ mod avx512;
 #[cfg(test)]
 mod tests;
 
-use super::{for_panels, CacheLine, PackedKind, PackedWeight, PANEL, ROW_GROUP};
+use super::lines::Lines;
+use super::{for_panels, PackedKind, PackedWeight, PANEL, ROW_GROUP};
 #[cfg(target_arch = "x86_64")]
 use crate::backend::cpu::bf16_pairs::bf16_pairs_pay;
 use crate::backend::BackendError;
@@ -198,8 +199,8 @@ pub(super) fn pack(
 ) -> PackedWeight {
     let bf16 = kind == PackedKind::BF16;
     let (panels, cols) = (n.div_ceil(PANEL), stored_columns(bf16, k));
-    let mut lines = vec![CacheLine([0; 64]); (panels * cols * PANEL * 2).div_ceil(64)];
-    let values: &mut [u16] = bytemuck::cast_slice_mut(&mut lines);
+    let mut lines = Lines::zeroed((panels * cols * PANEL * 2).div_ceil(64));
+    let values: &mut [u16] = bytemuck::cast_slice_mut(&mut lines[..]);
     for (row, src) in bytes.chunks_exact(2 * k).enumerate() {
         let (p, r) = (row / PANEL, row % PANEL);
         for (c, v) in src.chunks_exact(2).enumerate() {
