@@ -18,7 +18,7 @@ const HUGE: usize = 2 << 20;
 /// larger weight gets a map of its own.
 const CHUNK: usize = 16 * HUGE;
 
-/// An anonymous map, its first `HUGE`-aligned byte and how many bytes follow it.
+/// An anonymous map, its first `HUGE`-aligned line and how many lines follow it there.
 struct Chunk {
     _map: MmapMut,
     base: *mut CacheLine,
@@ -37,6 +37,7 @@ impl Chunk {
     fn new(lines: usize) -> std::io::Result<Chunk> {
         let bytes = (lines * size_of::<CacheLine>()).next_multiple_of(HUGE);
         let mut map = MmapMut::map_anon(bytes + HUGE)?;
+        // Only a hint: where THP is off or absent the map keeps plain pages.
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
         let start = map.as_mut_ptr();
