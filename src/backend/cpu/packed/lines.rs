@@ -14,8 +14,9 @@ use super::CacheLine;
 /// One transparent huge page.
 const HUGE: usize = 2 << 20;
 
-/// Bytes of one shared map: weights are carved from it in order until it is full. A
-/// larger weight gets a map of its own.
+/// Bytes of one shared map (plus what its alignment leaves over): weights are carved
+/// from it in order while they fit; one that does not starts the next map, sized for
+/// it where it is larger than this.
 const CHUNK: usize = 16 * HUGE;
 
 /// An anonymous map, its first `HUGE`-aligned line and how many lines follow it there.
@@ -134,13 +135,14 @@ impl DerefMut for Lines {
 mod tests {
     use super::*;
 
-    /// Lines come zeroed, stay apart from each other's, and a weight larger than a
-    /// chunk gets its own map.
+    /// Lines come zeroed, stay apart from each other's, and a weight larger than any
+    /// shared map (a chunk and its alignment slack) starts a map of its own.
     #[test]
     fn carved_lines_are_zeroed_and_disjoint() {
         let mut a = Lines::zeroed(1000);
         let mut b = Lines::zeroed(3);
-        let big = Lines::zeroed(CHUNK / 64 + 1);
+        let huge = (CHUNK + HUGE) / 64 + 1;
+        let big = Lines::zeroed(huge);
         assert!(a
             .iter()
             .chain(b.iter())
@@ -149,7 +151,11 @@ mod tests {
         a.iter_mut().for_each(|l| l.0 = [1; 64]);
         b.iter_mut().for_each(|l| l.0 = [2; 64]);
         assert!(a.iter().all(|l| l.0 == [1; 64]) && b.iter().all(|l| l.0 == [2; 64]));
-        assert_eq!((a.len(), b.len(), big.len()), (1000, 3, CHUNK / 64 + 1));
+        assert_eq!((a.len(), b.len(), big.len()), (1000, 3, huge));
+        assert!(
+            matches!(big.0, Storage::Mapped { start: 0, .. }),
+            "a weight larger than any shared map starts a map of its own"
+        );
         assert!(Lines::zeroed(0).is_empty());
     }
 }
