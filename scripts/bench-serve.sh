@@ -5,12 +5,15 @@
 # Prints aggregate output tok/s, TTFT and inter-token latency (p50 / p99 / mean).
 #
 # Usage: scripts/bench-serve.sh [--model PATH] [--concurrency 1,4,16,64] [--parallel N]
-#                               [--max-tokens N] [--threads N] [--json OUT]
+#                               [--max-tokens N] [--threads N] [--api chat|completions]
+#                               [--json OUT]
 #   --model        GGUF file (default: the default model, fetched if needed)
 #   --parallel     sequences each server steps together (default 16); llama-server gets
 #                  --parallel N -c N*1024, switchyard --parallel N --ctx 1024
 #   --concurrency  client counts (default 1,4,16,64)
 #   --max-tokens   tokens per completion (default 64)
+#   --api          chat (default) or completions: plain-text prompts, for model files
+#                  without a chat template (the random-weight 1B benchmark model)
 # Env:   SWITCHYARD_BIN (default: a release build of this checkout), LLAMACPP_TOOLS (a
 #        folder with llama-server; default: built by scripts/llamacpp-tools.sh, ~15 min).
 set -euo pipefail
@@ -22,6 +25,7 @@ concurrency="1,4,16,64"
 parallel=16
 max_tokens=64
 json=""
+api="chat"
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -30,7 +34,8 @@ while [ $# -gt 0 ]; do
     --max-tokens) max_tokens="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --json) json="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --api) api="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,4 +84,4 @@ echo "model $model; $threads threads; --parallel $parallel; $max_tokens tokens p
 python3 "$root/scripts/bench_serve.py" \
   --server "switchyard=http://127.0.0.1:$sy_port" \
   --server "llama-server=http://127.0.0.1:$ls_port" \
-  --concurrency "$concurrency" --max-tokens "$max_tokens" ${json:+--json "$json"}
+  --concurrency "$concurrency" --max-tokens "$max_tokens" --api "$api" ${json:+--json "$json"}

@@ -16,7 +16,9 @@ level, never one seen at an earlier level or in the warm-up). Each stream's even
 read from the client's raw response and parsed with `json` (the typed chunk objects
 cost the shared cores twice the CPU).
 A completion's tokens are counted from the server's `usage` when it reports one, else
-from its content chunks.
+from its content chunks. `--api completions` sends each prompt as plain text to
+/v1/completions instead (for model files without a chat template, such as the random-
+weight 1B benchmark model).
 """
 
 import argparse
@@ -45,16 +47,21 @@ TOPICS = [
 ]
 
 
-def prompt(i, run):
+def prompt(i, run, api):
     """Request `i`'s prompt in measurement `run`: no two requests of a run, nor of two
     runs, share more than the chat template's own opening (a real user's system prompt
     is shared; their messages are not), so no server answers from a prompt it cached
-    in an earlier level or in the warm-up."""
-    return f"Story {run}-{i}: write a long, detailed story about {TOPICS[i % len(TOPICS)]}."
+    in an earlier level or in the warm-up. A text completion's prompt opens the story
+    (an instruction alone is often answered by an end of text at once)."""
+    topic = TOPICS[i % len(TOPICS)]
+    if api == "chat":
+        return f"Story {run}-{i}: write a long, detailed story about {topic}."
+    return f"Story {run}-{i}, a long, detailed story about {topic}. Once upon a time"
 
 
-async def one_request(client, model, i, run, max_tokens):
-    """Streams one chat completion; returns (ttft_s, [inter-token gaps], tokens, total_s).
+async def one_request(client, model, i, run, max_tokens, api):
+    """Streams one chat completion (`api` "chat") or text completion ("completions");
+    returns (ttft_s, [inter-token gaps], tokens, total_s).
 
     The stream is read through the client's raw response and each server-sent event
     parsed with `json`, not into the client's typed chunk objects: on a 2-core machine
@@ -63,14 +70,15 @@ async def one_request(client, model, i, run, max_tokens):
     """
     started = time.perf_counter()
     arrivals, usage = [], None
-    async with client.chat.completions.with_streaming_response.create(
-        model=model,
-        messages=[{"role": "user", "content": prompt(i, run)}],
-        max_tokens=max_tokens,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
-    ) as response:
+    common = dict(model=model, max_tokens=max_tokens, temperature=0, stream=True,
+                  stream_options={"include_usage": True})
+    if api == "chat":
+        stream = client.chat.completions.with_streaming_response.create(
+            messages=[{"role": "user", "content": prompt(i, run, api)}], **common)
+    else:
+        stream = client.completions.with_streaming_response.create(
+            prompt=prompt(i, run, api), **common)
+    async with stream as response:
         async for line in response.iter_lines():
             if not line.startswith("data:"):
                 continue
@@ -83,7 +91,8 @@ async def one_request(client, model, i, run, max_tokens):
             if chunk.get("usage"):
                 usage = chunk["usage"]["completion_tokens"]
             choices = chunk.get("choices")
-            if choices and (choices[0].get("delta") or {}).get("content"):
+            if choices and ((choices[0].get("delta") or {}).get("content")
+                            or choices[0].get("text")):
                 arrivals.append(time.perf_counter())
     ended = time.perf_counter()
     if not arrivals:
@@ -93,7 +102,7 @@ async def one_request(client, model, i, run, max_tokens):
     return arrivals[0] - started, gaps, tokens, ended - started
 
 
-async def level(url, model, concurrency, max_tokens, run):
+async def level(url, model, concurrency, max_tokens, run, api):
     # A fresh connection per request: llama-server closes kept-alive connections after
     # a stream, which a pooled client would only notice on its next request.
     http = openai.DefaultAsyncHttpxClient(limits=limits(max_keepalive_connections=0))
@@ -104,7 +113,8 @@ async def level(url, model, concurrency, max_tokens, run):
     async def run_client(c):
         out = []
         for r in range(per_client):
-            out.append(await one_request(client, model, c * per_client + r, run, max_tokens))
+            out.append(await one_request(client, model, c * per_client + r, run, max_tokens,
+                                         api))
         return out
 
     started = time.perf_counter()
@@ -151,6 +161,8 @@ async def main():
     ap.add_argument("--server", action="append", required=True, metavar="NAME=URL")
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--api", choices=["chat", "completions"], default="chat",
+                    help="streaming chat completions (default) or text completions")
     ap.add_argument("--json", metavar="OUT", help="also write every result as JSON")
     args = ap.parse_args()
     servers = [s.split("=", 1) for s in args.server]
@@ -158,12 +170,12 @@ async def main():
     names = {url: await model_name(url) for _, url in servers}
     # One short request each first: compiles and warms caches outside the measurement.
     for _, url in servers:
-        await level(url, names[url], 1, 8, 0)
+        await level(url, names[url], 1, 8, 0, args.api)
     rows = []
     for run, c in enumerate(levels, start=1):
         for name, url in servers:
             print(f"concurrency {c}: {name}", file=sys.stderr)
-            row = await level(url, names[url], c, args.max_tokens, run)
+            row = await level(url, names[url], c, args.max_tokens, run, args.api)
             row["server"] = name
             rows.append(row)
     print(f"{'server':<14}{'conc':>5}{'reqs':>6}{'tok/s':>9}"

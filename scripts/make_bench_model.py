@@ -8,6 +8,8 @@
                               control tokens up to 128256 entries, so both llama.cpp and
                               Switchyard load it. Weights are N(0, 0.02) from --seed, norms 1:
                               activations stay finite; their values do not matter for speed.
+                              The padding tokens' embedding rows are zero, so greedy output
+                              is real tokens (text a serving benchmark can time).
   dequantize SOURCE_GGUF OUT  SOURCE_GGUF with every tensor dequantized to F32 (1-D tensors and
                               all metadata as they are): the input `llama-quantize` re-quantizes
                               into each format of the default model.
@@ -120,8 +122,18 @@ def random_1b(source, out, seed):
 
     rng = np.random.default_rng(seed)
 
-    def linear(rows, cols):
-        return lambda: (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+    def linear(rows, cols, real_rows=None):
+        def make():
+            w = rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
+            if real_rows is not None:
+                w[real_rows:] = 0.0
+            return w.astype(np.float16)
+        return make
+
+    # The padding tokens' rows of the tied embedding are zero, so their logits are 0 and
+    # greedy decoding picks a real token (the largest of ~49k N(0, ~0.9) logits): served
+    # completions are text, which a serving benchmark times token by token.
+    real = len(reader.fields["tokenizer.ggml.tokens"].contents())
 
     def ones(n):
         return lambda: np.ones(n, dtype=np.float32)
@@ -134,7 +146,8 @@ def random_1b(source, out, seed):
         if t == f32:
             tensors.append((name, shape, np.float32, 4 * n, f32, ones(n)))
         else:
-            tensors.append((name, shape, np.float16, 2 * n, f16, linear(*shape)))
+            rows = real if name == "token_embd.weight" else None
+            tensors.append((name, shape, np.float16, 2 * n, f16, linear(*shape, rows)))
     stream(writer, out, tensors)
 
 
