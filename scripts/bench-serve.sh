@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving benchmark: starts `switchyard serve` and llama.cpp's `llama-server` on the same
-# model file and drives both with concurrent streaming chat completions through the
-# official `openai` client (scripts/bench_serve.py), interleaved per concurrency level.
+# model file and drives both with concurrent streaming chat (or text) completions through
+# the official `openai` client (scripts/bench_serve.py), interleaved per concurrency level.
 # Prints aggregate output tok/s, TTFT and inter-token latency (p50 / p99 / mean).
 #
 # Usage: scripts/bench-serve.sh [--model PATH] [--concurrency 1,4,16,64] [--parallel N]
@@ -39,6 +39,7 @@ while [ $# -gt 0 ]; do
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case "$api" in chat|completions) ;; *) echo "error: --api takes chat or completions, not '$api'" >&2; exit 2 ;; esac
 for n in "$parallel" "$max_tokens" "$threads"; do
   case "$n" in ''|*[!0-9]*) echo "error: --parallel, --max-tokens and --threads take numbers" >&2; exit 2 ;; esac
 done
