@@ -29,6 +29,25 @@ fn doctor_reports_the_cpu_backend() {
 }
 
 #[test]
+fn a_headless_gpu_probe_prints_no_desktop_errors() {
+    // Mesa's device-selection layer, where installed, complains about a missing
+    // XDG_RUNTIME_DIR on every probe unless the binary switches it off.
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("doctor")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("NODEVICE_SELECT")
+        .env_remove("MESA_VK_DEVICE_SELECT")
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("XDG_RUNTIME_DIR"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn plan_demo_places_runs_and_hits_the_cache() {
     let out = switchyard(&["plan", "--demo"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -50,6 +50,7 @@ enum Command {
 }
 
 fn main() {
+    quiet_headless_vulkan();
     // Warnings, plus one-line notes of long one-off work (calibration) under the
     // `switchyard::progress` target; SWITCHYARD_LOG overrides both.
     env_logger::Builder::from_env(
@@ -70,6 +71,20 @@ fn main() {
     if let Err(error) = result {
         eprintln!("{}", error_line(&error));
         std::process::exit(1);
+    }
+}
+
+/// Switches off Mesa's Vulkan device-selection layer on a machine without a desktop
+/// session (no `XDG_RUNTIME_DIR`) unless the user configured the layer: it asks a
+/// Wayland compositor for the default GPU and, finding none, prints "error:
+/// XDG_RUNTIME_DIR is invalid or not set in the environment." twice at every GPU
+/// probe, which reads like Switchyard failing. The layer only reorders adapters, and
+/// the GPU probe (`backend::gpu`) ranks them itself. Runs first in `main`, before
+/// any thread exists, so changing the environment races with no reader.
+fn quiet_headless_vulkan() {
+    let unset = |name: &str| std::env::var_os(name).is_none();
+    if unset("XDG_RUNTIME_DIR") && unset("NODEVICE_SELECT") && unset("MESA_VK_DEVICE_SELECT") {
+        std::env::set_var("NODEVICE_SELECT", "1");
     }
 }
 
