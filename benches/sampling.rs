@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use switchyard::model::sampler::{argmax, Sampler, SamplerConfig};
+use switchyard::model::sampler::{argmax, History, Sampler, SamplerConfig};
 
 /// Deterministic logits in about [-10, 10), a handful of them equal maxima.
 fn logits(vocab: usize) -> Vec<f32> {
@@ -38,7 +38,13 @@ fn sampling(c: &mut Criterion) {
         let mut greedy = Sampler::new(SamplerConfig::default()).expect("greedy config");
         group.bench_function(
             BenchmarkId::from_parameter(format!("greedy_{vocab}")),
-            |b| b.iter(|| greedy.sample(black_box(&l), &history).expect("a token")),
+            |b| {
+                b.iter(|| {
+                    greedy
+                        .sample(black_box(&l), History::prompt(&history))
+                        .expect("a token")
+                })
+            },
         );
         let mut drawn = Sampler::new(SamplerConfig {
             temperature: 0.8,
@@ -50,7 +56,13 @@ fn sampling(c: &mut Criterion) {
         .expect("sampling config");
         group.bench_function(
             BenchmarkId::from_parameter(format!("top_k40_{vocab}")),
-            |b| b.iter(|| drawn.sample(black_box(&l), &history).expect("a token")),
+            |b| {
+                b.iter(|| {
+                    drawn
+                        .sample(black_box(&l), History::prompt(&history))
+                        .expect("a token")
+                })
+            },
         );
     }
     group.finish();

@@ -161,6 +161,27 @@ fn bad_input_gets_a_clear_error() {
         "{}",
         stderr(&no_cpu)
     );
+
+    for (flags, says) in [
+        (
+            ["--logit-bias", "49152+1"],
+            "--logit-bias names token 49152",
+        ),
+        (["--logit-bias", "12=3"], "is not ID+BIAS or ID-BIAS"),
+        (["--logit-bias", "12+inf"], "-inf to ban"),
+        (
+            ["--presence-penalty", "2.5"],
+            "--presence-penalty 2.5 is out of range",
+        ),
+        (
+            ["--frequency-penalty", "NaN"],
+            "--frequency-penalty NaN is out of range",
+        ),
+    ] {
+        let out = switchyard(&["generate", "hi", "-n", "2", flags[0], flags[1]]);
+        assert!(!out.status.success(), "{flags:?} was accepted");
+        assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
+    }
 }
 
 /// `chat` keeps its conversation's KV cache: the second turn evaluates only what the

@@ -161,7 +161,8 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
         ("tools", dict(tools=[tool])),
         ("tool_choice", dict(tool_choice="auto")),
         ("response_format", dict(response_format={"type": "json_object"})),
-        ("logit_bias", dict(logit_bias={"42": 5})),
+        ("logit_bias", dict(logit_bias={"999999": 5})),
+        ("frequency_penalty", dict(frequency_penalty=3)),
         ("n", dict(n=17)),
         ("top_logprobs", dict(top_logprobs=2)),
     ]

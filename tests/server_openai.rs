@@ -5,7 +5,9 @@
 //! makes that a failure.
 //!
 //! Without Python: `logprobs` agree with `switchyard generate --top-logits` for the same
-//! prompt, and `n` choices are what `n` requests with seeds seed, seed + 1, … give.
+//! prompt, `n` choices are what `n` requests with seeds seed, seed + 1, … give, and
+//! `logit_bias` and the frequency and presence penalties give what `generate`'s flags
+//! give.
 
 mod server_support;
 
@@ -357,4 +359,90 @@ fn n_choices_are_the_requests_with_seeds_seed_plus_i() {
         }
     }
     assert_eq!(text, choice_texts(&whole.json()));
+}
+
+/// `switchyard generate` of `prompt` (no template), greedy, `tokens` long, with `flags`:
+/// the generated ids and text.
+fn generate_ids(prompt: &str, tokens: usize, flags: &[&str]) -> (Vec<u64>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "generate",
+            "--backends",
+            "cpu",
+            "--ctx",
+            CTX,
+            "--temperature",
+            "0",
+        ])
+        .args(["--json", "-n", &tokens.to_string()])
+        .args(flags)
+        .arg(prompt)
+        .output()
+        .expect("switchyard generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let ids = report["tokens"].as_array().expect("tokens").iter();
+    let ids = ids.map(|id| id.as_u64().unwrap()).collect();
+    (ids, report["text"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn logit_bias_and_penalties_change_the_text_as_generate_flags_do() {
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
+    let prompt = "Once upon a time, there was a little cat. The cat";
+    let complete = |extra: Value| {
+        let mut body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let response = post(server.addr, "/v1/completions", &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()
+    };
+    let text = |reply: &Value| reply["choices"][0]["text"].as_str().unwrap().to_string();
+
+    // Banning the greedy first token picks the runner-up the log-probabilities name.
+    let (plain_ids, plain_text) = generate_ids(prompt, 24, &[]);
+    let plain = complete(json!({"logprobs": 2}));
+    assert_eq!(text(&plain), plain_text);
+    let first = &plain["choices"][0]["logprobs"]["top_logprobs"][0];
+    let ranked = first.as_object().expect("top_logprobs");
+    let mut ranked: Vec<(&String, f64)> = ranked
+        .iter()
+        .map(|(t, l)| (t, l.as_f64().unwrap()))
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let banned = complete(json!({"logit_bias": {plain_ids[0].to_string(): -100}}));
+    assert!(
+        text(&banned).starts_with(ranked[1].0.as_str()),
+        "{:?} after banning {:?} (runner-up {:?})",
+        text(&banned),
+        ranked[0].0,
+        ranked[1].0
+    );
+    let flag = format!("{}-100", plain_ids[0]);
+    assert_eq!(
+        generate_ids(prompt, 24, &["--logit-bias", &flag]).1,
+        text(&banned)
+    );
+
+    // Penalties: the server's text is generate's with the same values, and not the
+    // unpenalised text.
+    let penalised = complete(json!({"frequency_penalty": 1.5, "presence_penalty": 1.0}));
+    let flags = ["--frequency-penalty", "1.5", "--presence-penalty", "1.0"];
+    assert_eq!(text(&penalised), generate_ids(prompt, 24, &flags).1);
+    assert_ne!(text(&penalised), plain_text);
+
+    // Ids past the vocabulary are refused, naming the field.
+    let past = post(
+        server.addr,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 2, "logit_bias": {"49152": 1}}),
+    );
+    assert_eq!(past.status, 400, "{}", past.text());
+    assert_eq!(past.json()["error"]["param"], "logit_bias");
 }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::sampler::Sampler;
+use super::sampler::{History, Sampler};
 use super::tokenizer::Tokenizer;
 use super::ModelError;
 use crate::step::{Runner, Sequence};
@@ -242,7 +242,7 @@ impl<'t> Decoding<'t> {
                 )))
             }
             Some(t) => t,
-            None => sampler.sample(logits, &self.history)?,
+            None => sampler.sample(logits, History::new(&self.history, self.tokens.len()))?,
         };
         self.ttft.get_or_insert_with(|| self.started.elapsed());
         if let Some(k) = self.options.logprobs {

@@ -1,8 +1,11 @@
 //! Token sampling: picks the next token id from a step's logits.
 //!
-//! The pipeline is: repetition penalty (llama.cpp style), then temperature, top-k,
+//! The pipeline is: logit biases (OpenAI's `logit_bias`), the repetition penalty
+//! (llama.cpp style, over the recent prompt and generated tokens), the frequency and
+//! presence penalties (OpenAI's, over the generated tokens), then temperature, top-k,
 //! top-p and min-p, then a draw from a seeded ChaCha RNG, so the same seed and inputs
-//! give the same tokens. Temperature 0 (the default) is greedy argmax.
+//! give the same tokens. Temperature 0 (the default) is greedy argmax of the adjusted
+//! logits.
 //!
 //! Non-finite logits are sanitized rather than rejected: NaN counts as -inf (the token
 //! can never be chosen) and +inf as the largest finite value. Only when no token has a
@@ -33,7 +36,7 @@ pub enum SamplerError {
 }
 
 /// Sampling settings. Each filter has a neutral value that switches it off.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
     /// Softmax temperature; `0` means greedy argmax (ties go to the lowest id).
     pub temperature: f32,
@@ -47,6 +50,16 @@ pub struct SamplerConfig {
     pub repetition_penalty: f32,
     /// How many of the most recent history tokens the penalty looks at; `0` = none.
     pub repeat_last_n: usize,
+    /// Subtracted from a token's logit once per time it was generated; `0` = off
+    /// (OpenAI's `frequency_penalty`).
+    pub frequency_penalty: f32,
+    /// Subtracted from the logit of every token generated at least once; `0` = off
+    /// (OpenAI's `presence_penalty`).
+    pub presence_penalty: f32,
+    /// `(token id, bias)` pairs added to those tokens' logits before anything else
+    /// (OpenAI's `logit_bias`; -inf bans the token); ids outside the logits are
+    /// ignored. Empty = off.
+    pub logit_bias: Vec<(u32, f32)>,
     /// Seed of the random generator.
     pub seed: u64,
 }
@@ -61,8 +74,44 @@ impl Default for SamplerConfig {
             min_p: 0.0,
             repetition_penalty: 1.0,
             repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
+    }
+}
+
+/// The ids a generation has seen, which the penalties look at: its prompt's, then the
+/// ones it generated.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct History<'a> {
+    ids: &'a [u32],
+    generated: usize,
+}
+
+impl<'a> History<'a> {
+    /// `ids` whose last `generated` were generated (all of them if fewer).
+    pub fn new(ids: &'a [u32], generated: usize) -> Self {
+        Self {
+            ids,
+            generated: generated.min(ids.len()),
+        }
+    }
+
+    /// Prompt ids only: nothing generated yet.
+    pub fn prompt(ids: &'a [u32]) -> Self {
+        Self::new(ids, 0)
+    }
+
+    /// The last `n` ids, prompt and generated alike.
+    fn recent(&self, n: usize) -> &'a [u32] {
+        &self.ids[self.ids.len().saturating_sub(n)..]
+    }
+
+    /// The generated ids.
+    fn generated(&self) -> &'a [u32] {
+        &self.ids[self.ids.len() - self.generated..]
     }
 }
 
@@ -126,6 +175,12 @@ impl Sampler {
     pub fn new(config: SamplerConfig) -> Result<Self, SamplerError> {
         let c = &config;
         let (t, p, penalty) = (c.temperature, c.top_p, c.repetition_penalty);
+        let worst_bias = c
+            .logit_bias
+            .iter()
+            .map(|&(_, b)| b)
+            .find(|&b| b.is_nan() || b == f32::INFINITY)
+            .unwrap_or(0.0);
         let rules = [
             (
                 "temperature",
@@ -146,6 +201,24 @@ impl Sampler {
                 penalty.is_finite() && penalty > 0.0,
                 "finite and > 0",
             ),
+            (
+                "frequency_penalty",
+                c.frequency_penalty,
+                c.frequency_penalty.is_finite(),
+                "finite",
+            ),
+            (
+                "presence_penalty",
+                c.presence_penalty,
+                c.presence_penalty.is_finite(),
+                "finite",
+            ),
+            (
+                "logit_bias",
+                worst_bias,
+                worst_bias.is_finite(),
+                "finite, or -inf to ban a token",
+            ),
         ];
         if let Some(&(field, value, _, expected)) = rules.iter().find(|r| !r.2) {
             return Err(SamplerError::InvalidConfig {
@@ -154,9 +227,10 @@ impl Sampler {
                 expected,
             });
         }
+        let seed = config.seed;
         Ok(Self {
             config,
-            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            rng: ChaCha8Rng::seed_from_u64(seed),
         })
     }
 
@@ -166,14 +240,14 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (indexed by id). `history` holds the ids seen
-    /// so far (prompt and generated); ids outside `logits` are ignored by the penalty.
-    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SamplerError> {
+    /// so far (prompt and generated); ids outside `logits` are ignored by the penalties.
+    pub fn sample(&mut self, logits: &[f32], history: History<'_>) -> Result<u32, SamplerError> {
         if logits.is_empty() {
             return Err(SamplerError::EmptyLogits);
         }
-        let c = self.config;
+        let c = &self.config;
         let greedy = c.temperature == 0.0 || c.top_k == 1;
-        if greedy && !self.penalizes() {
+        if greedy && !self.adjusts() {
             // The sanitized maximum read in place: no copy of the vocabulary's logits
             // per stream and step (the same id as below).
             return match argmax_by_key(logits, |v| total_key(sanitize(v))) {
@@ -182,7 +256,8 @@ impl Sampler {
             };
         }
         let mut logits: Vec<f32> = logits.iter().copied().map(sanitize).collect();
-        self.penalize(&mut logits, history);
+        self.adjust(&mut logits, history);
+        let c = &self.config;
         if greedy {
             // Sanitized logits hold no NaN, so the largest is a candidate unless every
             // logit is -inf.
@@ -240,29 +315,48 @@ impl Sampler {
         Ok(cands[keep - 1].0)
     }
 
-    /// Whether a repetition penalty applies at all.
-    fn penalizes(&self) -> bool {
-        self.config.repetition_penalty != 1.0 && self.config.repeat_last_n != 0
+    /// Whether any bias or penalty can change a logit.
+    fn adjusts(&self) -> bool {
+        let c = &self.config;
+        (c.repetition_penalty != 1.0 && c.repeat_last_n != 0)
+            || c.frequency_penalty != 0.0
+            || c.presence_penalty != 0.0
+            || !c.logit_bias.is_empty()
     }
 
-    /// Applies the repetition penalty once to each distinct id among the last
-    /// `repeat_last_n` history entries.
-    fn penalize(&self, logits: &mut [f32], history: &[u32]) {
+    /// Adds the logit biases, then applies the repetition penalty once to each distinct
+    /// id among the last `repeat_last_n` history entries, then subtracts the frequency
+    /// penalty per generation of each generated id and the presence penalty once. The
+    /// biased logits are what the penalties see (vLLM's order); a biased -inf stays so.
+    fn adjust(&self, logits: &mut [f32], history: History<'_>) {
         let c = &self.config;
-        if !self.penalizes() {
-            return;
-        }
-        let start = history.len().saturating_sub(c.repeat_last_n);
-        let mut recent: Vec<u32> = history[start..].to_vec();
-        recent.sort_unstable();
-        recent.dedup();
-        for id in recent {
+        for &(id, bias) in &c.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
-                *l = if *l > 0.0 {
-                    *l / c.repetition_penalty
-                } else {
-                    *l * c.repetition_penalty
-                };
+                *l = sanitize(*l + bias);
+            }
+        }
+        if c.repetition_penalty != 1.0 && c.repeat_last_n != 0 {
+            let mut recent = history.recent(c.repeat_last_n).to_vec();
+            recent.sort_unstable();
+            recent.dedup();
+            for id in recent {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = if *l > 0.0 {
+                        *l / c.repetition_penalty
+                    } else {
+                        *l * c.repetition_penalty
+                    };
+                }
+            }
+        }
+        if c.frequency_penalty != 0.0 || c.presence_penalty != 0.0 {
+            let mut generated = history.generated().to_vec();
+            generated.sort_unstable();
+            for run in generated.chunk_by(|a, b| a == b) {
+                if let Some(l) = logits.get_mut(run[0] as usize) {
+                    let times = run.len() as f32;
+                    *l = sanitize(*l - (times * c.frequency_penalty + c.presence_penalty));
+                }
             }
         }
     }
@@ -293,7 +387,7 @@ mod tests {
     fn histogram(s: &mut Sampler, logits: &[f32], n: usize) -> Vec<usize> {
         let mut counts = vec![0; logits.len()];
         for _ in 0..n {
-            counts[s.sample(logits, &[]).unwrap() as usize] += 1;
+            counts[s.sample(logits, History::default()).unwrap() as usize] += 1;
         }
         counts
     }
@@ -301,9 +395,16 @@ mod tests {
     #[test]
     fn greedy_is_argmax_with_ties_to_lowest_id() {
         let mut s = sampler(SamplerConfig::default());
-        assert_eq!(s.sample(&[0.1, 3.0, -2.0, 3.0], &[]).unwrap(), 1);
-        assert_eq!(s.sample(&[5.0, 5.0], &[]).unwrap(), 0);
-        assert_eq!(s.sample(&[-1.0, -0.5, -0.5], &[]).unwrap(), 1);
+        assert_eq!(
+            s.sample(&[0.1, 3.0, -2.0, 3.0], History::default())
+                .unwrap(),
+            1
+        );
+        assert_eq!(s.sample(&[5.0, 5.0], History::default()).unwrap(), 0);
+        assert_eq!(
+            s.sample(&[-1.0, -0.5, -0.5], History::default()).unwrap(),
+            1
+        );
     }
 
     /// The pairwise rule `argmax` replaces: the largest by `total_cmp`, ties to the
@@ -388,7 +489,7 @@ mod tests {
                     .filter(|&i| sanitized[i] > f32::NEG_INFINITY)
                     .map(|i| i as u32);
                 assert_eq!(
-                    greedy.sample(&values, &[]).ok(),
+                    greedy.sample(&values, History::default()).ok(),
                     expected,
                     "len {len}, round {round}"
                 );
@@ -400,10 +501,17 @@ mod tests {
     fn greedy_fails_only_when_every_logit_is_minus_infinity_or_nan() {
         let mut s = sampler(SamplerConfig::default());
         let none = [f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY];
-        assert_eq!(s.sample(&none, &[]), Err(SamplerError::NoCandidates(3)));
+        assert_eq!(
+            s.sample(&none, History::default()),
+            Err(SamplerError::NoCandidates(3))
+        );
         let one = [f32::NAN, f32::NEG_INFINITY, -1e30, f32::NAN];
-        assert_eq!(s.sample(&one, &[]).unwrap(), 2);
-        assert_eq!(s.sample(&[f32::INFINITY, f32::MAX], &[]).unwrap(), 0);
+        assert_eq!(s.sample(&one, History::default()).unwrap(), 2);
+        assert_eq!(
+            s.sample(&[f32::INFINITY, f32::MAX], History::default())
+                .unwrap(),
+            0
+        );
     }
 
     #[test]
@@ -415,7 +523,7 @@ mod tests {
                 ..with_temp(temperature)
             });
             for _ in 0..50 {
-                assert_eq!(s.sample(&logits, &[]).unwrap(), 1);
+                assert_eq!(s.sample(&logits, History::default()).unwrap(), 1);
             }
         }
     }
@@ -429,7 +537,7 @@ mod tests {
                 ..with_temp(1.0)
             });
             (0..64)
-                .map(|_| s.sample(&logits, &[]).unwrap())
+                .map(|_| s.sample(&logits, History::default()).unwrap())
                 .collect::<Vec<_>>()
         };
         assert_eq!(draw(42), draw(42));
@@ -500,28 +608,105 @@ mod tests {
         };
         let mut s = sampler(config);
         // 2.0 / 1.2 < 1.9: the repeated token loses.
-        assert_eq!(s.sample(&[2.0, 1.9], &[0]).unwrap(), 1);
-        assert_eq!(s.sample(&[2.0, 1.9], &[]).unwrap(), 0);
+        assert_eq!(s.sample(&[2.0, 1.9], History::prompt(&[0])).unwrap(), 1);
+        assert_eq!(s.sample(&[2.0, 1.9], History::default()).unwrap(), 0);
         // Negative logits are multiplied: -1.0 * 1.2 < -1.1.
-        assert_eq!(s.sample(&[-1.0, -1.1], &[0, 0, 0]).unwrap(), 1);
+        assert_eq!(
+            s.sample(&[-1.0, -1.1], History::prompt(&[0, 0, 0]))
+                .unwrap(),
+            1
+        );
         // Outside the last-n window, and ids beyond the vocabulary, are ignored.
-        assert_eq!(s.sample(&[2.0, 1.9], &[0, 5, 9999]).unwrap(), 0);
+        assert_eq!(
+            s.sample(&[2.0, 1.9], History::prompt(&[0, 5, 9999]))
+                .unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn logit_bias_moves_and_bans_tokens() {
+        let biased = |logit_bias: Vec<(u32, f32)>| {
+            sampler(SamplerConfig {
+                logit_bias,
+                ..SamplerConfig::default()
+            })
+        };
+        let logits = [2.0, 1.9, 1.0];
+        assert_eq!(
+            biased(vec![(2, 1.5)]).sample(&logits, History::default()),
+            Ok(2)
+        );
+        // -100 all but bans the best token, as OpenAI documents; ids past the logits
+        // are ignored.
+        let mut banned = biased(vec![(0, -100.0), (7, 100.0)]);
+        assert_eq!(banned.sample(&logits, History::default()), Ok(1));
+        // Sampling draws only from what the bias leaves likely.
+        let mut s = sampler(SamplerConfig {
+            logit_bias: vec![(1, -100.0)],
+            ..with_temp(1.0)
+        });
+        let counts = histogram(&mut s, &logits_for(&[0.5, 0.5]), 500);
+        assert_eq!(counts, [500, 0]);
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_count_generated_tokens_only() {
+        let penalised = |frequency_penalty: f32, presence_penalty: f32| {
+            sampler(SamplerConfig {
+                frequency_penalty,
+                presence_penalty,
+                ..SamplerConfig::default()
+            })
+        };
+        // Token 0 generated twice: 2.0 - 2·0.3 = 1.4 < 1.5.
+        let logits = [2.0, 1.5];
+        let ids = [1, 0, 0];
+        let mut frequency = penalised(0.3, 0.0);
+        assert_eq!(frequency.sample(&logits, History::new(&ids, 2)), Ok(1));
+        // Generated once: 2.0 - 0.3 = 1.7 > 1.5.
+        assert_eq!(frequency.sample(&logits, History::new(&ids, 1)), Ok(0));
+        // In the prompt only: no penalty.
+        assert_eq!(frequency.sample(&logits, History::prompt(&ids)), Ok(0));
+        // Presence counts once however often: 2.0 - 0.4 = 1.6 > 1.5, 2.0 - 0.6 < 1.5.
+        assert_eq!(
+            penalised(0.0, 0.4).sample(&logits, History::new(&ids, 2)),
+            Ok(0)
+        );
+        assert_eq!(
+            penalised(0.0, 0.6).sample(&logits, History::new(&ids, 2)),
+            Ok(1)
+        );
+        // Negative values reward repeats: 1.5 + 2·0.3 > 2.0.
+        let rewarded = penalised(-0.3, 0.0).sample(&[2.0, 1.5], History::new(&[1, 1], 2));
+        assert_eq!(rewarded, Ok(1));
     }
 
     #[test]
     fn nan_counts_as_minus_infinity() {
         let mut s = sampler(with_temp(1.0));
         for _ in 0..50 {
-            assert_eq!(s.sample(&[f32::NAN, 0.5, f32::NAN], &[]).unwrap(), 1);
+            assert_eq!(
+                s.sample(&[f32::NAN, 0.5, f32::NAN], History::default())
+                    .unwrap(),
+                1
+            );
         }
         let mut greedy = sampler(SamplerConfig::default());
         assert_eq!(
-            greedy.sample(&[1.0, f32::INFINITY, f32::NAN], &[]).unwrap(),
+            greedy
+                .sample(&[1.0, f32::INFINITY, f32::NAN], History::default())
+                .unwrap(),
             1
         );
-        let err = s.sample(&[f32::NAN, f32::NEG_INFINITY], &[]).unwrap_err();
+        let err = s
+            .sample(&[f32::NAN, f32::NEG_INFINITY], History::default())
+            .unwrap_err();
         assert_eq!(err, SamplerError::NoCandidates(2));
-        assert_eq!(s.sample(&[], &[]).unwrap_err(), SamplerError::EmptyLogits);
+        assert_eq!(
+            s.sample(&[], History::default()).unwrap_err(),
+            SamplerError::EmptyLogits
+        );
     }
 
     #[test]
@@ -543,8 +728,28 @@ mod tests {
                 repetition_penalty: f32::NAN,
                 ..SamplerConfig::default()
             },
+            SamplerConfig {
+                frequency_penalty: f32::INFINITY,
+                ..SamplerConfig::default()
+            },
+            SamplerConfig {
+                presence_penalty: f32::NAN,
+                ..SamplerConfig::default()
+            },
+            SamplerConfig {
+                logit_bias: vec![(3, f32::NEG_INFINITY), (4, f32::INFINITY)],
+                ..SamplerConfig::default()
+            },
         ];
-        let fields = ["temperature", "top_p", "min_p", "repetition_penalty"];
+        let fields = [
+            "temperature",
+            "top_p",
+            "min_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+        ];
         for (config, field) in bad.into_iter().zip(fields) {
             let err = Sampler::new(config).unwrap_err();
             assert!(err.to_string().contains(field), "{err}");

@@ -54,6 +54,12 @@ pub(crate) fn parse_body(bytes: &[u8]) -> Result<Body, ApiError> {
 /// Largest `top_k` (a vocabulary is smaller).
 const MAX_TOP_K: i64 = 1 << 20;
 
+/// Largest magnitude of `frequency_penalty` and `presence_penalty` (OpenAI's range).
+const MAX_PENALTY: f64 = 2.0;
+
+/// Largest magnitude of a `logit_bias` value (OpenAI's range).
+const MAX_LOGIT_BIAS: f64 = 100.0;
+
 /// Sampling and stopping settings common to both completion endpoints.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Params {
@@ -86,6 +92,13 @@ pub(crate) struct Params {
     pub min_p: f32,
     /// vLLM's `repetition_penalty` over the recent tokens (1 = off).
     pub repetition_penalty: f32,
+    /// Subtracted per time a token was generated (0 = off).
+    pub frequency_penalty: f32,
+    /// Subtracted once from every generated token (0 = off).
+    pub presence_penalty: f32,
+    /// `(token id, bias)` added to those tokens' logits; ids are checked against the
+    /// vocabulary by the caller, which knows it.
+    pub logit_bias: Vec<(u32, f32)>,
     /// vLLM's `ignore_eos`: end tokens do not stop the generation.
     pub ignore_eos: bool,
 }
@@ -179,6 +192,16 @@ impl Params {
                 ),
             ));
         }
+        let penalty = |key: &'static str| -> Result<f32, ApiError> {
+            let value = opt_f64(body, key)?.unwrap_or(0.0);
+            if !(-MAX_PENALTY..=MAX_PENALTY).contains(&value) {
+                return Err(ApiError::bad_value(
+                    key,
+                    format!("{key} must be between -{MAX_PENALTY} and {MAX_PENALTY}, got {value}."),
+                ));
+            }
+            Ok(value as f32)
+        };
         let include_usage = match body.get("stream_options") {
             None | Some(Value::Null) => false,
             Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
@@ -202,9 +225,43 @@ impl Params {
             top_k,
             min_p: min_p as f32,
             repetition_penalty: repetition_penalty as f32,
+            frequency_penalty: penalty("frequency_penalty")?,
+            presence_penalty: penalty("presence_penalty")?,
+            logit_bias: logit_bias(body)?,
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
         })
     }
+}
+
+/// `logit_bias`: an object from token ids (as decimal strings, OpenAI's form) to biases
+/// between -100 and 100.
+fn logit_bias(body: &Body) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match body.get("logit_bias") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(ApiError::wrong_type("logit_bias", "an object")),
+    };
+    map.iter()
+        .map(|(key, value)| {
+            let id = key.parse::<u32>().map_err(|_| {
+                ApiError::bad_value(
+                    "logit_bias",
+                    format!("logit_bias keys must be token ids (non-negative integers), got {key:?}."),
+                )
+            })?;
+            match value.as_f64() {
+                Some(bias) if (-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(&bias) => {
+                    Ok((id, bias as f32))
+                }
+                _ => Err(ApiError::bad_value(
+                    "logit_bias",
+                    format!(
+                        "logit_bias values must be numbers between -{MAX_LOGIT_BIAS} and {MAX_LOGIT_BIAS}, got {value} for token {id}."
+                    ),
+                )),
+            }
+        })
+        .collect()
 }
 
 /// A chat request's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only with
@@ -483,6 +540,43 @@ mod tests {
         assert_eq!(bool_on_text, ("invalid_type", "logprobs".into()));
         let best_of = refused(text(r#"{"best_of": 2}"#));
         assert_eq!(best_of, ("unsupported_parameter", "best_of".into()));
+    }
+
+    #[test]
+    fn penalties_and_logit_bias() {
+        let parse = |text: &str| Params::parse(&body(text), Kind::Chat);
+        let p = parse(
+            r#"{"frequency_penalty": 0.5, "presence_penalty": -2,
+                "logit_bias": {"42": -100, "7": 2.5}}"#,
+        )
+        .unwrap();
+        assert_eq!((p.frequency_penalty, p.presence_penalty), (0.5, -2.0));
+        let mut bias = p.logit_bias.clone();
+        bias.sort_by_key(|&(id, _)| id);
+        assert_eq!(bias, [(7, 2.5), (42, -100.0)]);
+        let text = Params::parse(&body(r#"{"logit_bias": {"1": 1}}"#), Kind::Text).unwrap();
+        assert_eq!(text.logit_bias, [(1, 1.0)]);
+        let neutral = parse(r#"{"logit_bias": null, "frequency_penalty": null}"#).unwrap();
+        assert!(neutral.logit_bias.is_empty() && neutral.frequency_penalty == 0.0);
+        let refused = |text: &str| {
+            let e = parse(text).unwrap_err();
+            (e.code, e.param.unwrap_or_default())
+        };
+        let bad = |param: &str| ("invalid_value", param.to_string());
+        assert_eq!(
+            refused(r#"{"frequency_penalty": 2.5}"#),
+            bad("frequency_penalty")
+        );
+        assert_eq!(
+            refused(r#"{"presence_penalty": -3}"#),
+            bad("presence_penalty")
+        );
+        assert_eq!(refused(r#"{"logit_bias": {"x": 1}}"#), bad("logit_bias"));
+        assert_eq!(refused(r#"{"logit_bias": {"-1": 1}}"#), bad("logit_bias"));
+        assert_eq!(refused(r#"{"logit_bias": {"1": 101}}"#), bad("logit_bias"));
+        assert_eq!(refused(r#"{"logit_bias": {"1": "up"}}"#), bad("logit_bias"));
+        let listed = refused(r#"{"logit_bias": [1]}"#);
+        assert_eq!(listed, ("invalid_type", "logit_bias".into()));
     }
 
     #[test]

@@ -256,7 +256,7 @@ impl Engine {
         let request = Request {
             prompt: job.prompt.clone(),
             options: job.options.clone(),
-            sampler: job.samplers[index],
+            sampler: job.samplers[index].clone(),
         };
         if scheduler.fits(&request) == Fit::Later {
             // Not enough KV memory until running sequences end: it waits at the head.

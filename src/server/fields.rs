@@ -8,9 +8,9 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 use super::reply::Kind;
 
-/// Fields both endpoints read (the last four are vLLM's and llama-server's sampling
-/// extensions, which OpenAI does not define).
-const READ: [&str; 15] = [
+/// Fields both endpoints read (`top_k`, `min_p`, `repetition_penalty` and `ignore_eos`
+/// are vLLM's and llama-server's sampling extensions, which OpenAI does not define).
+const READ: [&str; 18] = [
     "model",
     "temperature",
     "top_p",
@@ -26,6 +26,9 @@ const READ: [&str; 15] = [
     "min_p",
     "repetition_penalty",
     "ignore_eos",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
 ];
 
 /// Fields only the chat endpoint reads.
@@ -49,16 +52,13 @@ const IGNORED: [&str; 8] = [
 
 /// Fields of the chat endpoint that change the result and are not implemented, with
 /// the neutral value each may hold.
-const UNSUPPORTED_CHAT: [(&str, Neutral); 13] = [
+const UNSUPPORTED_CHAT: [(&str, Neutral); 10] = [
     ("tools", Neutral::Null),
     ("tool_choice", Neutral::Null),
     ("parallel_tool_calls", Neutral::Null),
     ("functions", Neutral::Null),
     ("function_call", Neutral::Null),
     ("response_format", Neutral::TextFormat),
-    ("logit_bias", Neutral::EmptyObject),
-    ("frequency_penalty", Neutral::Zero),
-    ("presence_penalty", Neutral::Zero),
     ("modalities", Neutral::TextModality),
     ("audio", Neutral::Null),
     ("reasoning_effort", Neutral::Null),
@@ -66,13 +66,8 @@ const UNSUPPORTED_CHAT: [(&str, Neutral); 13] = [
 ];
 
 /// Fields of the completions endpoint that change the result and are not implemented.
-const UNSUPPORTED_TEXT: [(&str, Neutral); 5] = [
-    ("logit_bias", Neutral::EmptyObject),
-    ("frequency_penalty", Neutral::Zero),
-    ("presence_penalty", Neutral::Zero),
-    ("echo", Neutral::False),
-    ("suffix", Neutral::EmptyString),
-];
+const UNSUPPORTED_TEXT: [(&str, Neutral); 2] =
+    [("echo", Neutral::False), ("suffix", Neutral::EmptyString)];
 
 /// Fields of a chat message that change the prompt and are not implemented (`role`
 /// and `content` are read).
@@ -90,11 +85,9 @@ const UNSUPPORTED_MESSAGE: [(&str, Neutral); 6] = [
 #[derive(Clone, Copy)]
 enum Neutral {
     Null,
-    Zero,
     False,
     EmptyString,
     EmptyArray,
-    EmptyObject,
     /// `{"type": "text"}`.
     TextFormat,
     /// `["text"]`.
@@ -105,11 +98,9 @@ impl Neutral {
     fn holds(self, value: &Value) -> bool {
         match (self, value) {
             (_, Value::Null) => true,
-            (Neutral::Zero, Value::Number(n)) => n.as_f64() == Some(0.0),
             (Neutral::False, Value::Bool(b)) => !b,
             (Neutral::EmptyString, Value::String(s)) => s.is_empty(),
             (Neutral::EmptyArray, Value::Array(a)) => a.is_empty(),
-            (Neutral::EmptyObject, Value::Object(o)) => o.is_empty(),
             (Neutral::TextFormat, Value::Object(o)) => {
                 o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text")
             }
@@ -201,24 +192,22 @@ mod tests {
             json!({"response_format": {"type": "json_object"}}),
             "response_format",
         );
-        refused(Kind::Chat, json!({"logit_bias": {"1": 5}}), "logit_bias");
         refused(
             Kind::Chat,
             json!({"parallel_tool_calls": false}),
             "parallel_tool_calls",
         );
         refused(Kind::Text, json!({"echo": true}), "echo");
-        refused(
-            Kind::Text,
-            json!({"presence_penalty": 0.5}),
-            "presence_penalty",
-        );
+        refused(Kind::Text, json!({"suffix": "end"}), "suffix");
         let neutral = json!({
-            "tools": null, "response_format": {"type": "text"}, "logit_bias": {},
-            "frequency_penalty": 0, "modalities": ["text"], "user": "u", "store": false,
+            "tools": null, "response_format": {"type": "text"}, "modalities": ["text"],
+            "user": "u", "store": false,
         });
         assert_eq!(check(Kind::Chat, neutral), Ok(()));
-        let text = json!({"echo": false, "suffix": "", "logit_bias": {}, "best_of": 1});
+        let read = json!({"logit_bias": {"1": 5}, "frequency_penalty": 1, "presence_penalty": 1});
+        assert_eq!(check(Kind::Chat, read.clone()), Ok(()));
+        assert_eq!(check(Kind::Text, read), Ok(()));
+        let text = json!({"echo": false, "suffix": "", "best_of": 1});
         assert_eq!(check(Kind::Text, text), Ok(()));
     }
 

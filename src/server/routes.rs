@@ -189,6 +189,17 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         Kind::Text => DEFAULT_COMPLETION_TOKENS,
     };
     let max_tokens = check_lengths(&app, kind, prompt.len(), &params, default_max)?;
+    let vocab = app.model.config.vocab_size;
+    if let Some(&(id, _)) = params
+        .logit_bias
+        .iter()
+        .find(|&&(id, _)| id as usize >= vocab)
+    {
+        return Err(ApiError::bad_value(
+            "logit_bias",
+            format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
+        ));
+    }
     let (sender, events) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     // top_p = 0 keeps only the most likely token: greedy.
@@ -208,6 +219,9 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             repetition_penalty: params.repetition_penalty,
             // llama.cpp's window for the penalty.
             repeat_last_n: REPEAT_LAST_N,
+            frequency_penalty: params.frequency_penalty,
+            presence_penalty: params.presence_penalty,
+            logit_bias: params.logit_bias.clone(),
             seed: seed.wrapping_add(i),
         })
         .collect();

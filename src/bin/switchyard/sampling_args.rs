@@ -65,6 +65,28 @@ pub struct SamplingArgs {
         allow_negative_numbers = true
     )]
     pub repeat_last_n: usize,
+    /// Subtract X from a token's logit for each time this generation already produced
+    /// it (OpenAI's frequency_penalty; -2 to 2, 0 = off).
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "X",
+        allow_hyphen_values = true
+    )]
+    pub frequency_penalty: f32,
+    /// Subtract X once from the logit of every token this generation already produced
+    /// (OpenAI's presence_penalty; -2 to 2, 0 = off).
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "X",
+        allow_hyphen_values = true
+    )]
+    pub presence_penalty: f32,
+    /// Add BIAS to token ID's logit, written ID+BIAS or ID-BIAS as in llama.cpp (e.g.
+    /// 15043+1; 15043-inf never picks it); repeatable. `switchyard tokenize` shows ids.
+    #[arg(long, value_name = "ID±BIAS", value_parser = parse_logit_bias, allow_hyphen_values = true)]
+    pub logit_bias: Vec<(u32, f32)>,
     /// Random seed: the same seed gives the same output.
     #[arg(
         long,
@@ -84,6 +106,25 @@ const MAX_TEMPERATURE: f32 = 100.0;
 
 /// Largest `--repeat-penalty`: 100 already all but bans every recent token.
 const MAX_REPEAT_PENALTY: f32 = 100.0;
+
+/// Largest magnitude of `--frequency-penalty` and `--presence-penalty` (OpenAI's range,
+/// as the server takes them).
+const MAX_PENALTY: f32 = 2.0;
+
+/// Reads `--logit-bias`'s `ID+BIAS` / `ID-BIAS` (llama.cpp's form): a token id, a
+/// sign, then a finite number or `inf` (only `-inf`, which bans the token).
+fn parse_logit_bias(text: &str) -> Result<(u32, f32), String> {
+    let form = || format!("{text:?} is not ID+BIAS or ID-BIAS (e.g. 15043+1, 15043-inf)");
+    let at = text.find(['+', '-']).ok_or_else(form)?;
+    let id = text[..at].parse::<u32>().map_err(|_| form())?;
+    let bias = text[at..].parse::<f32>().map_err(|_| form())?;
+    if bias.is_nan() || bias == f32::INFINITY {
+        return Err(format!(
+            "{text:?}: a bias is a finite number, or -inf to ban the token"
+        ));
+    }
+    Ok((id, bias))
+}
 
 impl SamplingArgs {
     /// Refuses flag values that cannot mean what the user wants, naming the flag:
@@ -106,6 +147,14 @@ impl SamplingArgs {
         let m = self.min_p;
         if !(0.0..=1.0).contains(&m) {
             bail!("--min-p {m} is out of range: it takes 0 (off) to 1");
+        }
+        for (flag, x) in [
+            ("--frequency-penalty", self.frequency_penalty),
+            ("--presence-penalty", self.presence_penalty),
+        ] {
+            if !(-MAX_PENALTY..=MAX_PENALTY).contains(&x) {
+                bail!("{flag} {x} is out of range: it takes -{MAX_PENALTY} to {MAX_PENALTY} (0 = off)");
+            }
         }
         let r = self.repeat_penalty;
         if !(r > 0.0 && r <= MAX_REPEAT_PENALTY) {
@@ -131,6 +180,16 @@ impl SamplingArgs {
         } else {
             self.top_k
         };
+        if let Some((id, _)) = self
+            .logit_bias
+            .iter()
+            .find(|&&(id, _)| id as usize >= vocab)
+        {
+            bail!(
+                "--logit-bias names token {id}, but the vocabulary has {vocab} tokens (0 to {})",
+                vocab.saturating_sub(1)
+            );
+        }
         Ok(Sampler::new(SamplerConfig {
             temperature: self.temperature,
             top_k,
@@ -138,6 +197,9 @@ impl SamplingArgs {
             min_p: self.min_p,
             repetition_penalty: self.repeat_penalty,
             repeat_last_n: self.repeat_last_n,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            logit_bias: self.logit_bias.clone(),
             seed: self.seed,
         })?)
     }
