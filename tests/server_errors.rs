@@ -2,14 +2,15 @@
 //! error body, and keeps serving: malformed JSON, missing fields, wrong types, an
 //! unknown model, bad `max_tokens`, `n` or log-probability settings, parameters it does
 //! not implement or know, a prompt longer than the context, an unknown role, an
-//! oversized body, unknown paths and methods, and garbage on the socket.
+//! oversized body, unknown paths and methods, and garbage on the socket; with an API
+//! key, 401 for a request without it.
 
 mod server_support;
 
 use std::io::{Read, Write};
 
 use serde_json::{json, Value};
-use server_support::{connect, get, metric, post, request, Server};
+use server_support::{connect, get, metric, post, request, request_with, Server};
 
 /// Context of the test server: small, so that a prompt can overflow it cheaply.
 const CTX: usize = 64;
@@ -389,5 +390,76 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(
         top1["choices"][0]["message"]["content"],
         greedy["choices"][0]["message"]["content"]
+    );
+}
+
+#[test]
+fn an_api_key_guards_the_api_and_a_served_name_replaces_the_files() {
+    let server = Server::start_with_env(
+        &["--served-model-name", "gpt-local", "--max-queue", "4"],
+        &[("SWITCHYARD_API_KEY", "sk-test-key")],
+    );
+    let addr = server.addr;
+    let body = json!({"model": "gpt-local", "messages": user("hi"), "max_tokens": 2,
+                      "temperature": 0});
+    let call = |path: &str, body: &Value, key: Option<&str>| {
+        let bearer = key.map(|k| format!("Bearer {k}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .iter()
+            .map(|b| ("Authorization", b.as_str()))
+            .collect();
+        let (method, bytes) = match body {
+            Value::Null => ("GET", Vec::new()),
+            _ => ("POST", body.to_string().into_bytes()),
+        };
+        request_with(addr, method, path, &bytes, &headers)
+    };
+    let chat = "/v1/chat/completions";
+    assert_error(&call(chat, &body, None), 401, "invalid_api_key", None);
+    assert_error(
+        &call(chat, &body, Some("sk-test-ke")),
+        401,
+        "invalid_api_key",
+        None,
+    );
+    assert_error(
+        &call("/v1/models", &Value::Null, None),
+        401,
+        "invalid_api_key",
+        None,
+    );
+    let ok = call(chat, &body, Some("sk-test-key"));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.json()["model"], "gpt-local");
+    let models = call("/v1/models", &Value::Null, Some("sk-test-key")).json();
+    assert_eq!(models["data"][0]["id"], "gpt-local");
+    let mut other = body.clone();
+    other["model"] = json!("SmolLM2-135M-Instruct.Q4_1");
+    assert_error(
+        &call(chat, &other, Some("sk-test-key")),
+        404,
+        "model_not_found",
+        Some("model"),
+    );
+    // Probes and scrapers need no key.
+    assert_eq!(get(addr, "/health").status, 200);
+    let metrics = get(addr, "/metrics");
+    assert_eq!(metrics.status, 200);
+    let refused = metric(
+        &metrics.text(),
+        "switchyard_requests_total{endpoint=\"/v1/chat/completions\",status=\"401\"}",
+    );
+    assert_eq!(refused, Some(2.0), "{}", metrics.text());
+
+    // A key that cannot travel in a header is refused before the model loads.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["serve", "--port", "0", "--api-key", "two words"])
+        .output()
+        .expect("the binary runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--api-key: an API key takes printable ASCII"),
+        "{stderr}"
     );
 }

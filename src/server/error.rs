@@ -72,6 +72,16 @@ impl ApiError {
         }
     }
 
+    /// A 401: the request lacks the server's API key or gives another.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "invalid_api_key",
+            message: message.into(),
+            ..ApiError::invalid("", None, "")
+        }
+    }
+
     /// A 404 for a path that has no endpoint.
     pub fn no_route(path: &str) -> Self {
         ApiError {

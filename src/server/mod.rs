@@ -6,6 +6,7 @@
 //! dropped response cancels its job. Errors are OpenAI-shaped (`error.rs`), and
 //! `/metrics` is written by hand in Prometheus' text format (`metrics.rs`).
 
+mod access;
 pub(crate) mod api;
 mod engine;
 mod error;
@@ -25,6 +26,7 @@ use tokio::net::TcpListener;
 use crate::model::Model;
 pub use crate::sched::Limits;
 use crate::step::Runner;
+pub use access::ApiKey;
 
 /// Generations stepped together unless told otherwise.
 pub const DEFAULT_PARALLEL: usize = 16;
@@ -41,6 +43,10 @@ pub struct ServerConfig {
     pub max_queue: usize,
     /// Largest request body in bytes; a larger one gets 413.
     pub body_limit: usize,
+    /// The key every `/v1` request must present (`None`: no authentication).
+    pub api_key: Option<ApiKey>,
+    /// The id clients name the model by (`None`: [`model_id`] of its path).
+    pub served_name: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +55,8 @@ impl Default for ServerConfig {
             limits: Limits::parallel(DEFAULT_PARALLEL).expect("a valid default"),
             max_queue: 16,
             body_limit: DEFAULT_BODY_LIMIT,
+            api_key: None,
+            served_name: None,
         }
     }
 }
@@ -85,7 +93,8 @@ pub async fn serve(
         metrics.clone(),
     )?;
     let app = Arc::new(routes::App {
-        model_id: model_id(&model.path),
+        model_id: config.served_name.unwrap_or_else(|| model_id(&model.path)),
+        api_key: config.api_key,
         model,
         engine: engine.clone(),
         metrics,

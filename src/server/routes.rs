@@ -51,6 +51,8 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     /// The id clients name the model by.
     pub model_id: String,
+    /// The key `/v1` requests must present, if any.
+    pub api_key: Option<super::ApiKey>,
     /// Positions one sequence holds.
     pub context: usize,
     /// Most requests waiting.
@@ -65,11 +67,17 @@ pub(crate) struct App {
 
 /// The router with every endpoint, request counting and OpenAI-style 404/405s.
 pub(crate) fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(one_model))
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            super::access::require_key,
+        ));
+    Router::new()
+        .merge(api)
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/metrics", get(metrics))
         .fallback(|request: Request| async move { ApiError::no_route(request.uri().path()) })

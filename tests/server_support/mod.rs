@@ -133,10 +133,25 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 
 /// Writes a request with `body` (sent as JSON) on a fresh connection.
 pub fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> TcpStream {
+    send_with(addr, method, path, body, &[])
+}
+
+/// As [`send`], with `headers` added.
+pub fn send_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> TcpStream {
     let mut stream = connect(addr);
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+         Content-Type: application/json\r\nContent-Length: {}\r\n{extra}\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
@@ -146,7 +161,18 @@ pub fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> TcpStrea
 
 /// Sends a request and reads the whole response.
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Response {
-    let mut stream = send(addr, method, path, body);
+    request_with(addr, method, path, body, &[])
+}
+
+/// Sends a request with `headers` added and reads the whole response.
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut stream = send_with(addr, method, path, body, headers);
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("reads the response");
     parse(&raw)

@@ -5,7 +5,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use switchyard::sched::DEFAULT_PREFILL_TOKENS;
-use switchyard::server::{self, Limits, ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PARALLEL};
+use switchyard::server::{
+    self, ApiKey, Limits, ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PARALLEL,
+};
 
 use crate::model_args::ModelArgs;
 
@@ -14,7 +16,7 @@ use crate::model_args::ModelArgs;
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Address to listen on (loopback by default; the API has no authentication).
+    /// Address to listen on (loopback by default; elsewhere, set an API key).
     #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
     host: String,
     /// Port to listen on (0 picks a free one; the address is printed on stderr).
@@ -58,6 +60,44 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     max_queue: usize,
+    /// Require this key from every /v1 request, as `Authorization: Bearer KEY` (the
+    /// `openai` client's api_key); /health and /metrics stay open. Prefer the
+    /// SWITCHYARD_API_KEY environment variable, which other users cannot read in the
+    /// process list; the flag wins when both are set.
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
+    /// The model id clients send and /v1/models lists (default: the file's stem, or a
+    /// Hugging Face model's directory name), e.g. the name a client is configured with.
+    #[arg(long, visible_alias = "alias", value_name = "NAME")]
+    served_model_name: Option<String>,
+}
+
+/// The environment variable `--api-key` falls back to.
+const API_KEY_VAR: &str = "SWITCHYARD_API_KEY";
+
+/// The key from `--api-key`, else from [`API_KEY_VAR`], checked; `None` for neither.
+fn api_key(args: &ServeArgs) -> Result<Option<ApiKey>> {
+    let (source, key) = match (&args.api_key, std::env::var(API_KEY_VAR)) {
+        (Some(key), _) => ("--api-key", key.clone()),
+        (None, Ok(key)) => (API_KEY_VAR, key),
+        (None, Err(std::env::VarError::NotPresent)) => return Ok(None),
+        (None, Err(std::env::VarError::NotUnicode(_))) => {
+            bail!("{API_KEY_VAR}: an API key takes printable ASCII characters without spaces")
+        }
+    };
+    ApiKey::new(&key)
+        .map(Some)
+        .map_err(|e| anyhow!("{source}: {e}"))
+}
+
+/// `--served-model-name`, checked: a non-empty name without control characters.
+fn served_name(args: &ServeArgs) -> Result<Option<String>> {
+    match &args.served_model_name {
+        Some(name) if name.trim().is_empty() || name.chars().any(char::is_control) => bail!(
+            "--served-model-name {name:?}: a model id needs a visible character and no control characters"
+        ),
+        other => Ok(other.clone()),
+    }
 }
 
 /// Largest `--max-queue` (the queue's slots are allocated up front).
@@ -80,6 +120,8 @@ fn check_limits(args: &ServeArgs) -> Result<Limits> {
 /// Runs the server until a shutdown signal.
 pub fn run(args: &ServeArgs) -> Result<()> {
     let limits = check_limits(args)?;
+    let api_key = api_key(args)?;
+    let served_name = served_name(args)?;
     let (model, runner) = args.model.load()?;
     let limits = match args.kv_memory {
         Some(mib) => {
@@ -102,7 +144,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         }
         None => limits,
     };
-    let id = server::model_id(&model.path);
+    let id = served_name
+        .clone()
+        .unwrap_or_else(|| server::model_id(&model.path));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -112,6 +156,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
         let address = listener.local_addr()?;
+        if api_key.is_none() && !address.ip().is_loopback() {
+            eprintln!(
+                "warning: listening on {address} without an API key: anyone who reaches this \
+                 port can use the model (set {API_KEY_VAR} or --api-key)"
+            );
+        }
         eprintln!(
             "switchyard: serving {id} (context {}, {} in parallel) — listening on http://{address}",
             runner.context(),
@@ -121,6 +171,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             limits,
             max_queue: args.max_queue,
             body_limit: DEFAULT_BODY_LIMIT,
+            api_key,
+            served_name,
         };
         server::serve(listener, model, runner, config, server::shutdown_signal()).await?;
         eprintln!("switchyard: stopped");
