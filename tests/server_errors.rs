@@ -231,7 +231,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         (chat, json!({"function_call": "auto"}), "function_call"),
         (
             chat,
-            json!({"response_format": {"type": "json_object"}}),
+            json!({"response_format": {"type": "json_schema", "json_schema": {}}}),
             "response_format",
         ),
         (chat, json!({"modalities": ["text", "audio"]}), "modalities"),

@@ -9,6 +9,7 @@ errors the client maps to its own exceptions (an unknown model, parameters the s
 does not implement).
 """
 
+import json
 import sys
 
 import openai
@@ -160,7 +161,15 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
     refused = [
         ("tools", dict(tools=[tool])),
         ("tool_choice", dict(tool_choice="auto")),
-        ("response_format", dict(response_format={"type": "json_object"})),
+        (
+            "response_format",
+            dict(
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "object"}},
+                }
+            ),
+        ),
         ("logit_bias", dict(logit_bias={"999999": 5})),
         ("frequency_penalty", dict(frequency_penalty=3)),
         ("n", dict(n=17)),
@@ -176,6 +185,13 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
         model=model, messages=messages, max_tokens=2, response_format={"type": "text"}
     )
     assert plain.choices[0].message.content is not None, plain
+    cat = [{"role": "user", "content": "Give me a JSON object describing a cat with name and age."}]
+    held = client.chat.completions.create(
+        model=model, messages=cat, max_tokens=120, temperature=0,
+        response_format={"type": "json_object"},
+    )
+    assert held.choices[0].finish_reason == "stop", held
+    assert isinstance(json.loads(held.choices[0].message.content), dict), held
 
 
 if __name__ == "__main__":

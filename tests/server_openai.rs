@@ -7,7 +7,8 @@
 //! Without Python: `logprobs` agree with `switchyard generate --top-logits` for the same
 //! prompt, `n` choices are what `n` requests with seeds seed, seed + 1, … give, and
 //! `logit_bias` and the frequency and presence penalties give what `generate`'s flags
-//! give.
+//! give; `response_format` `json_object` replies parse as JSON objects and are what
+//! `generate --json-object` writes.
 
 mod server_support;
 
@@ -445,4 +446,105 @@ fn logit_bias_and_penalties_change_the_text_as_generate_flags_do() {
     );
     assert_eq!(past.status, 400, "{}", past.text());
     assert_eq!(past.json()["error"]["param"], "logit_bias");
+}
+
+#[test]
+fn json_object_replies_parse_and_match_generate_json_object() {
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
+    let chat = "/v1/chat/completions";
+    let ask = |content: &str, extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": content}], "max_tokens": 120,
+            "response_format": {"type": "json_object"},
+        });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let response = post(server.addr, chat, &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()
+    };
+    let object = |text: &str| {
+        let value: Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+        assert!(value.is_object(), "{text:?}");
+    };
+
+    // Greedy: an object that ends the reply ("stop"), the text `generate` writes.
+    let cat = "Give me a JSON object describing a cat with name and age.";
+    let greedy = ask(cat, json!({"temperature": 0}));
+    let choice = &greedy["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{greedy}");
+    let text = choice["message"]["content"].as_str().unwrap();
+    object(text);
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "generate",
+            "--backends",
+            "cpu",
+            "--ctx",
+            CTX,
+            "--temperature",
+            "0",
+        ])
+        .args(["--chat", "--json-object", "-n", "120", cat])
+        .output()
+        .expect("switchyard generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+        text
+    );
+    // A prompt answered in prose without the constraint opens an object with it.
+    let joke = "Tell me a joke.";
+    let plain = post(
+        server.addr,
+        chat,
+        &json!({"messages": [{"role": "user", "content": joke}], "max_tokens": 20,
+                "temperature": 0}),
+    );
+    let plain = plain.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!plain.trim_start().starts_with('{'), "{plain:?}");
+    let held = ask(joke, json!({"temperature": 0, "max_tokens": 20}));
+    let held = held["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(held.trim_start().starts_with('{'), "{held:?}");
+
+    // Sampled choices, whole and streamed: every finished one is an object.
+    let sampled = ask(
+        "Describe a dog as JSON.",
+        json!({"temperature": 1.0, "seed": 5, "n": 4}),
+    );
+    let mut finished = 0;
+    for choice in sampled["choices"].as_array().unwrap() {
+        if choice["finish_reason"] == "stop" {
+            object(choice["message"]["content"].as_str().unwrap());
+            finished += 1;
+        }
+    }
+    assert!(finished >= 2, "{sampled}");
+    let body = json!({
+        "messages": [{"role": "user", "content": "Describe a dog as JSON."}], "max_tokens": 120,
+        "response_format": {"type": "json_object"}, "temperature": 1.0, "seed": 5, "n": 4,
+        "stream": true,
+    });
+    let streamed = post(server.addr, chat, &body);
+    let mut texts = vec![String::new(); 4];
+    for chunk in chunks(&streamed.text()) {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            texts[i].push_str(choice["delta"]["content"].as_str().unwrap_or(""));
+        }
+    }
+    let whole: Vec<String> = choice_texts(&sampled);
+    assert_eq!(texts, whole);
 }

@@ -2,10 +2,12 @@
 //! time, streaming text as it becomes valid UTF-8, until an end token, a stop string
 //! or the token limit.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
+use super::constraint::{JsonObject, TokenTexts};
 use super::sampler::{History, Sampler};
 use super::tokenizer::Tokenizer;
 use super::ModelError;
@@ -28,6 +30,9 @@ pub struct GenerateOptions {
     /// Record every generated token's log-probability and the `k` most likely tokens
     /// of the distribution it was drawn from (`Some(0)`: the token's alone).
     pub logprobs: Option<usize>,
+    /// Hold the output to one JSON object, ending when it closes (OpenAI's
+    /// `json_object` mode), with the vocabulary's token texts; not with `force_tokens`.
+    pub json_object: Option<Arc<TokenTexts>>,
 }
 
 /// Why a generation ended.
@@ -170,6 +175,8 @@ pub struct Decoding<'t> {
     /// Entries of `logprobs` already handed out with text.
     delivered: usize,
     text: TextStream<'t>,
+    /// The JSON object the output is held to, if any.
+    json: Option<JsonObject>,
     finish_reason: Option<FinishReason>,
     started: Instant,
     prefill_time: Option<std::time::Duration>,
@@ -193,7 +200,13 @@ impl<'t> Decoding<'t> {
         if needed > context {
             return Err(ModelError::ContextFull { needed, context });
         }
+        if options.json_object.is_some() && !options.force_tokens.is_empty() {
+            return Err(ModelError::Input(
+                "forced tokens and a JSON object constraint do not combine".into(),
+            ));
+        }
         Ok(Decoding {
+            json: options.json_object.clone().map(JsonObject::new),
             text: TextStream::new(tokenizer, options.stop_strings.clone()),
             options,
             prompt_len: prompt.len(),
@@ -242,7 +255,24 @@ impl<'t> Decoding<'t> {
                 )))
             }
             Some(t) => t,
-            None => sampler.sample(logits, History::new(&self.history, self.tokens.len()))?,
+            None => {
+                let history = History::new(&self.history, self.tokens.len());
+                let token = sampler.sample(logits, history)?;
+                match &mut self.json {
+                    None => token,
+                    // Drawn from what the constraint allows: the first draw when it is
+                    // allowed, else a draw from the logits with the rest masked (the
+                    // same distribution as masking first, without masking every step).
+                    Some(json) => {
+                        let token = match json.allows(token) {
+                            true => token,
+                            false => sampler.sample(&json.mask(logits), history)?,
+                        };
+                        json.advance(token)?;
+                        token
+                    }
+                }
+            }
         };
         self.ttft.get_or_insert_with(|| self.started.elapsed());
         if let Some(k) = self.options.logprobs {
@@ -259,6 +289,9 @@ impl<'t> Decoding<'t> {
             Flow::Continue => {}
             Flow::Stop => self.finish_reason = Some(FinishReason::Stop),
             Flow::Cancel => self.finish_reason = Some(FinishReason::Cancelled),
+        }
+        if self.json.as_ref().is_some_and(JsonObject::complete) {
+            self.finish_reason.get_or_insert(FinishReason::Stop);
         }
         if self.finish_reason.is_some() {
             return Ok(None);

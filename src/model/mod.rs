@@ -12,6 +12,7 @@ mod step_model;
 mod weights;
 
 pub mod chat_template;
+pub mod constraint;
 pub mod fetch;
 pub mod gguf;
 pub mod llama;

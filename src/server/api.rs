@@ -101,6 +101,8 @@ pub(crate) struct Params {
     pub logit_bias: Vec<(u32, f32)>,
     /// vLLM's `ignore_eos`: end tokens do not stop the generation.
     pub ignore_eos: bool,
+    /// `response_format` `{"type": "json_object"}`: the reply is one JSON object.
+    pub json_object: bool,
 }
 
 impl Params {
@@ -229,7 +231,40 @@ impl Params {
             presence_penalty: penalty("presence_penalty")?,
             logit_bias: logit_bias(body)?,
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
+            json_object: json_object(body)?,
         })
+    }
+}
+
+/// Whether `response_format` asks for a JSON object: absent, null or `{"type":
+/// "text"}` is plain text; `json_schema` is refused as not implemented yet.
+fn json_object(body: &Body) -> Result<bool, ApiError> {
+    let format = match body.get("response_format") {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(format)) => format,
+        Some(_) => return Err(ApiError::wrong_type("response_format", "an object")),
+    };
+    match format.get("type") {
+        Some(Value::String(kind)) if kind == "text" || kind == "json_object" => {
+            if let Some(other) = format.keys().find(|k| *k != "type") {
+                return Err(ApiError::invalid(
+                    "unknown_parameter",
+                    Some(&format!("response_format.{other}")),
+                    format!("Unknown parameter: 'response_format.{other}'."),
+                ));
+            }
+            Ok(kind == "json_object")
+        }
+        Some(Value::String(kind)) if kind == "json_schema" => Err(ApiError::invalid(
+            "unsupported_parameter",
+            Some("response_format"),
+            "Unsupported parameter: 'response_format' of type 'json_schema' is not supported by this server yet; 'json_object' is.",
+        )),
+        Some(Value::String(kind)) => Err(ApiError::bad_value(
+            "response_format.type",
+            format!("response_format.type must be 'text', 'json_object' or 'json_schema', got '{kind}'."),
+        )),
+        _ => Err(ApiError::missing("response_format.type")),
     }
 }
 
@@ -577,6 +612,41 @@ mod tests {
         assert_eq!(refused(r#"{"logit_bias": {"1": "up"}}"#), bad("logit_bias"));
         let listed = refused(r#"{"logit_bias": [1]}"#);
         assert_eq!(listed, ("invalid_type", "logit_bias".into()));
+    }
+
+    #[test]
+    fn response_format() {
+        let parse = |text: &str| Params::parse(&body(text), Kind::Chat);
+        let json = parse(r#"{"response_format": {"type": "json_object"}}"#).unwrap();
+        assert!(json.json_object);
+        for plain in [
+            "{}",
+            r#"{"response_format": null}"#,
+            r#"{"response_format": {"type": "text"}}"#,
+        ] {
+            assert!(!parse(plain).unwrap().json_object, "{plain}");
+        }
+        let refused = |text: &str| {
+            let e = parse(text).unwrap_err();
+            (e.code, e.param.unwrap_or_default())
+        };
+        let schema = r#"{"response_format": {"type": "json_schema", "json_schema": {}}}"#;
+        assert_eq!(
+            refused(schema),
+            ("unsupported_parameter", "response_format".into())
+        );
+        let yaml = refused(r#"{"response_format": {"type": "yaml"}}"#);
+        assert_eq!(yaml, ("invalid_value", "response_format.type".into()));
+        let extra = refused(r#"{"response_format": {"type": "json_object", "strict": true}}"#);
+        assert_eq!(
+            extra,
+            ("unknown_parameter", "response_format.strict".into())
+        );
+        let untyped = refused(r#"{"response_format": {}}"#);
+        assert_eq!(
+            untyped,
+            ("missing_required_parameter", "response_format.type".into())
+        );
     }
 
     #[test]

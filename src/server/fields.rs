@@ -32,7 +32,7 @@ const READ: [&str; 18] = [
 ];
 
 /// Fields only the chat endpoint reads.
-const READ_CHAT: [&str; 2] = ["messages", "top_logprobs"];
+const READ_CHAT: [&str; 3] = ["messages", "top_logprobs", "response_format"];
 
 /// Fields only the completions endpoint reads (`best_of` when it equals `n`).
 const READ_TEXT: [&str; 2] = ["prompt", "best_of"];
@@ -52,13 +52,12 @@ const IGNORED: [&str; 8] = [
 
 /// Fields of the chat endpoint that change the result and are not implemented, with
 /// the neutral value each may hold.
-const UNSUPPORTED_CHAT: [(&str, Neutral); 10] = [
+const UNSUPPORTED_CHAT: [(&str, Neutral); 9] = [
     ("tools", Neutral::Null),
     ("tool_choice", Neutral::Null),
     ("parallel_tool_calls", Neutral::Null),
     ("functions", Neutral::Null),
     ("function_call", Neutral::Null),
-    ("response_format", Neutral::TextFormat),
     ("modalities", Neutral::TextModality),
     ("audio", Neutral::Null),
     ("reasoning_effort", Neutral::Null),
@@ -88,8 +87,6 @@ enum Neutral {
     False,
     EmptyString,
     EmptyArray,
-    /// `{"type": "text"}`.
-    TextFormat,
     /// `["text"]`.
     TextModality,
 }
@@ -101,9 +98,6 @@ impl Neutral {
             (Neutral::False, Value::Bool(b)) => !b,
             (Neutral::EmptyString, Value::String(s)) => s.is_empty(),
             (Neutral::EmptyArray, Value::Array(a)) => a.is_empty(),
-            (Neutral::TextFormat, Value::Object(o)) => {
-                o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text")
-            }
             (Neutral::TextModality, Value::Array(a)) => {
                 a.len() == 1 && a[0].as_str() == Some("text")
             }
@@ -189,16 +183,12 @@ mod tests {
         refused(Kind::Chat, json!({"tool_choice": "none"}), "tool_choice");
         refused(
             Kind::Chat,
-            json!({"response_format": {"type": "json_object"}}),
-            "response_format",
-        );
-        refused(
-            Kind::Chat,
             json!({"parallel_tool_calls": false}),
             "parallel_tool_calls",
         );
         refused(Kind::Text, json!({"echo": true}), "echo");
         refused(Kind::Text, json!({"suffix": "end"}), "suffix");
+
         let neutral = json!({
             "tools": null, "response_format": {"type": "text"}, "modalities": ["text"],
             "user": "u", "store": false,
@@ -223,6 +213,8 @@ mod tests {
         unknown(Kind::Chat, json!({"prompt": "x"}), "prompt");
         unknown(Kind::Text, json!({"messages": []}), "messages");
         unknown(Kind::Text, json!({"top_logprobs": 2}), "top_logprobs");
+        let format = json!({"response_format": {"type": "json_object"}});
+        unknown(Kind::Text, format, "response_format");
         let message = json!({"role": "user", "content": "x", "name": "bob"});
         let error = check_message(2, message.as_object().unwrap()).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("messages[2].name"));

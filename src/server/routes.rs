@@ -20,6 +20,7 @@ use super::engine::{EngineHandle, Event, Job, Outcome, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
+use crate::model::constraint::TokenTexts;
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model};
 
@@ -53,6 +54,8 @@ pub(crate) struct App {
     pub model_id: String,
     /// The key `/v1` requests must present, if any.
     pub api_key: Option<super::ApiKey>,
+    /// Every token's text, for JSON-object replies: made on the first such request.
+    pub token_texts: std::sync::Mutex<Option<Arc<TokenTexts>>>,
     /// Positions one sequence holds.
     pub context: usize,
     /// Most requests waiting.
@@ -208,6 +211,10 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
         ));
     }
+    let json_object = match params.json_object {
+        true => Some(token_texts(&app).await?),
+        false => None,
+    };
     let (sender, events) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
     // top_p = 0 keeps only the most likely token: greedy.
@@ -243,6 +250,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
                 false => app.model.stop_ids.clone(),
             },
             logprobs: params.logprobs,
+            json_object,
             ..GenerateOptions::default()
         },
         samplers,
@@ -276,6 +284,28 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
     let outcomes = wait(events, params.n).await?;
     drop(cancel);
     Ok(Json(reply.full(&outcomes, &app.model.tokenizer)).into_response())
+}
+
+/// The model's token texts for JSON-object replies, decoded on first use (off the
+/// async threads; hundredths of a second) and kept.
+async fn token_texts(app: &Arc<App>) -> Result<Arc<TokenTexts>, ApiError> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut texts = app
+            .token_texts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*texts {
+            Some(texts) => Ok(texts.clone()),
+            None => {
+                let made = Arc::new(TokenTexts::new(&app.model.tokenizer)?);
+                *texts = Some(made.clone());
+                Ok(made)
+            }
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("decoding the vocabulary failed: {e}")))?
 }
 
 /// Waits for the end of a job's `n` choices, ignoring their streamed text; the first

@@ -2,12 +2,14 @@
 //! JSON object with ids, text, timings and cache counters).
 
 use std::io::{IsTerminal, Read, Write};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
+use switchyard::model::constraint::TokenTexts;
 use switchyard::model::{generate, GenerateOptions, Generation};
 use switchyard::step::{BucketGate, Failover, PhaseStats, Placed};
 
@@ -46,6 +48,10 @@ pub struct GenerateArgs {
     /// Teacher forcing for evaluation: step i emits the i-th id instead of sampling.
     #[arg(long, value_name = "ID,ID,...", value_delimiter = ',')]
     force_tokens: Vec<u32>,
+    /// Hold the output to one JSON object, ending when it closes (the server's
+    /// response_format {"type": "json_object"}); ask for JSON in the prompt too.
+    #[arg(long, conflicts_with = "force_tokens")]
+    json_object: bool,
 }
 
 #[derive(Serialize)]
@@ -134,6 +140,10 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         force_tokens: args.force_tokens.clone(),
         top_logits,
         logprobs: None,
+        json_object: match args.json_object {
+            true => Some(Arc::new(TokenTexts::new(&model.tokenizer)?)),
+            false => None,
+        },
     };
     let mut stdout = std::io::stdout().lock();
     let json = args.json;
