@@ -217,3 +217,37 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
         "a refused batch changes no sequence"
     );
 }
+
+#[test]
+fn every_logit_of_a_text_is_the_logit_of_decoding_it_token_by_token() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut runner = runner(&model);
+    // Longer than a prefill chunk, so the rows span two scoring chunks.
+    let text =
+        "The lighthouse keeper climbed the stairs each evening to light the lamp. ".repeat(8);
+    let tokens = model.tokenizer.encode(&text, false).unwrap();
+    assert!(tokens.len() > PREFILL_CHUNK + 8, "{} tokens", tokens.len());
+    let (head, rest) = tokens.split_at(5);
+    let mut scored = runner.new_sequence().unwrap();
+    runner.forward(&mut scored, head).unwrap();
+    let chunks = runner.forward_every_logit(&mut scored, rest).unwrap();
+    let rows: Vec<&[f32]> = chunks.iter().flat_map(|c| c.iter()).collect();
+    assert_eq!(rows.len(), rest.len());
+    assert_eq!(scored.len(), tokens.len());
+
+    let mut decoded = runner.new_sequence().unwrap();
+    runner.forward(&mut decoded, head).unwrap();
+    let vocab = model.config.vocab_size;
+    for (i, (&token, row)) in rest.iter().zip(&rows).enumerate() {
+        let alone = runner.forward(&mut decoded, &[token]).unwrap();
+        assert_eq!(row.len(), vocab);
+        let worst = alone
+            .iter()
+            .zip(row.iter())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        // Bit for bit: the same kernels take a row whatever else the step holds.
+        assert!(worst == 0.0, "row {i}: logits differ by {worst}");
+    }
+}

@@ -238,3 +238,50 @@ fn chat_turns_evaluate_only_their_new_tokens() {
         "{evaluated1} tokens evaluated for one new short message"
     );
 }
+
+#[test]
+fn perplexity_agrees_with_llama_perplexity() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/perplexity/");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{data}llamacpp.json")).unwrap())
+            .unwrap();
+    let ctx = reference["ctx"].to_string();
+    let file = format!("{data}architecture-excerpt.txt");
+    let out = switchyard(&[
+        "perplexity",
+        "--backends",
+        "cpu",
+        "--ctx",
+        &ctx,
+        "-f",
+        &file,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ours: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let windows = reference["windows"].as_u64().unwrap();
+    assert_eq!(ours["windows"].as_u64(), Some(windows));
+    // Each window scores its second half: ctx − 1 − ctx/2 tokens.
+    let ctx = reference["ctx"].as_u64().unwrap();
+    assert_eq!(ours["scored"].as_u64(), Some(windows * (ctx - 1 - ctx / 2)));
+    let close = |key: &str, tolerance: f64| {
+        let (a, b) = (
+            ours[key].as_f64().unwrap(),
+            reference[key].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= tolerance * b,
+            "{key}: {a} against llama.cpp's {b}"
+        );
+    };
+    close("ppl", 0.01);
+    close("error", 0.02);
+
+    let short = switchyard(&["perplexity", "--ctx", "4096", "-f", &file]);
+    assert!(!short.status.success());
+    assert!(
+        stderr(&short).contains("needs at least"),
+        "{}",
+        stderr(&short)
+    );
+}

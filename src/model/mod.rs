@@ -1,4 +1,4 @@
-//! Model files, tokenizers, tracing, sampling and generation. Stepping a traced model
+//! Model files, tokenizers, tracing, sampling, generation and perplexity. Stepping a traced model
 //! (sequences, batches, co-execution arms, step keys) is `crate::step`'s.
 
 mod error;
@@ -16,6 +16,7 @@ pub mod constraint;
 pub mod fetch;
 pub mod gguf;
 pub mod llama;
+pub mod perplexity;
 pub mod safetensors;
 pub mod sampler;
 pub mod tokenizer;

@@ -355,6 +355,69 @@ impl Runner {
         Ok(out.to_f32_vec()?)
     }
 
+    /// Evaluates `tokens` after what `seq` holds and returns the logits of every one of
+    /// them, one [`BatchLogits`] per prompt chunk of up to [`PREFILL_CHUNK`] tokens (row
+    /// `i` of the whole scores the token after `tokens[i]`): what scoring a text needs
+    /// (perplexity, a prompt's log-probabilities). Each chunk runs on the plan one
+    /// sequence decodes on, with a logits row per token, outside the co-execution gates
+    /// (a chunk's head then reads every row, which would skew their timings).
+    pub fn forward_every_logit(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+    ) -> Result<Vec<BatchLogits>, StepError> {
+        self.check_tokens(seq, tokens)?;
+        self.heal(seq)?;
+        let mut out = Vec::with_capacity(tokens.len().div_ceil(PREFILL_CHUNK));
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            let logits = loop {
+                match self.score_chunk(seq, chunk) {
+                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
+                    done => break done?,
+                }
+            };
+            out.push(logits);
+        }
+        Ok(out)
+    }
+
+    /// Evaluates `chunk` after what `seq` holds with a logits row per token.
+    fn score_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<BatchLogits, StepError> {
+        let phase = chunk_phase(chunk);
+        let bucket = match phase {
+            Phase::Decode => 1,
+            Phase::Prefill => chunk.len().next_power_of_two().min(PREFILL_CHUNK),
+        };
+        let arm = self.batch_arm();
+        let executor = self.executor(phase, bucket, bucket, arm)?;
+        let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+        ids.resize(bucket, 0);
+        let start = seq.len();
+        let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
+        let mut rows: Vec<i32> = (0..chunk.len() as i32).collect();
+        rows.resize(bucket, 0);
+        let step_inputs = [
+            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
+            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
+            (inputs::LOGITS_ROW, Tensor::from_i32([bucket], &rows)?),
+        ];
+        let segment = Segment {
+            rows: 0..chunk.len(),
+            kv_len: start,
+            kv: &mut seq.kv,
+        };
+        let mut state = StepState::batch(vec![segment])?.padded_to(bucket);
+        let outputs = executor.run(&step_inputs, &mut state)?;
+        drop(state);
+        let output = outputs
+            .into_iter()
+            .next()
+            .ok_or_else(|| StepError::internal("a scoring step returned no logits"))?;
+        let logits = BatchLogits::from_output(output, self.model.vocab_size(), chunk.len())?;
+        seq.tokens.extend_from_slice(chunk);
+        Ok(logits)
+    }
+
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
     /// returns the logits of the last token of each one whose [`Work::logits`] asks for
     /// them, in order (the others only fill their KV caches). The weights are read once

@@ -11,6 +11,7 @@ mod doctor;
 mod generate_cmd;
 mod gpu_report;
 mod model_args;
+mod perplexity_cmd;
 mod plan_cmd;
 mod sampling_args;
 mod serve_cmd;
@@ -44,6 +45,9 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Measure prompt (ppN) and generation (tgN) speed like llama-bench.
     Bench(bench_cmd::BenchArgs),
+    /// Score a text file as llama-perplexity does (e.g. --ctx 512 -f wiki.test.raw),
+    /// to compare quantizations and runtimes.
+    Perplexity(perplexity_cmd::PerplexityArgs),
     /// Calibrate prefill co-execution: time the CPU+GPU row split of every linear shape
     /// over ratios 0–0.5 and save the fastest (done lazily on first use otherwise).
     Calibrate(calibrate_cmd::CalibrateArgs),
@@ -66,6 +70,7 @@ fn main() {
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Serve(args) => serve_cmd::run(&args),
         Command::Bench(args) => bench_cmd::run(&args),
+        Command::Perplexity(args) => perplexity_cmd::run(&args),
         Command::Calibrate(args) => calibrate_cmd::run(&args),
     };
     if let Err(error) = result {
