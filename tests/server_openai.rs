@@ -548,3 +548,85 @@ fn json_object_replies_parse_and_match_generate_json_object() {
     let whole: Vec<String> = choice_texts(&sampled);
     assert_eq!(texts, whole);
 }
+
+#[test]
+fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let text = "The capital of France is Paris, and the capital of Italy is";
+    let ids = model.tokenizer.encode(text, false).unwrap();
+    let first = model.tokenizer.decode(&ids[..1], false).unwrap();
+    assert_eq!(model.tokenizer.encode(&first, false).unwrap(), &ids[..1]);
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
+
+    // Token ids in, nothing generated: the prompt's own scores, the first one null.
+    let body = json!({"prompt": ids, "max_tokens": 0, "echo": true, "logprobs": 2,
+                      "temperature": 0});
+    let reply = post(server.addr, "/v1/completions", &body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = reply.json();
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["text"], text);
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(reply["usage"]["completion_tokens"], 0);
+    assert_eq!(reply["usage"]["prompt_tokens"], ids.len());
+    let logprobs = &choice["logprobs"];
+    let scores = logprobs["token_logprobs"].as_array().unwrap();
+    assert_eq!(scores.len(), ids.len());
+    assert!(scores[0].is_null() && logprobs["top_logprobs"][0].is_null());
+
+    // Teacher forcing the same tokens through `generate` gives each step's whole
+    // distribution: the score of token i + 1 is its log-softmax at step i.
+    let forced: Vec<String> = ids[1..].iter().map(u32::to_string).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "generate",
+            "--backends",
+            "cpu",
+            "--ctx",
+            CTX,
+            "--temperature",
+            "0",
+        ])
+        .args([
+            "--json",
+            "--top-logits",
+            "1000000",
+            "-n",
+            &forced.len().to_string(),
+        ])
+        .args(["--force-tokens", &forced.join(","), &first])
+        .output()
+        .expect("switchyard generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = log_softmax_steps(&serde_json::from_slice(&out.stdout).unwrap());
+    for (i, (&token, step)) in ids[1..].iter().zip(&steps).enumerate() {
+        let expected = step.iter().find(|(id, _)| *id == token).unwrap().1;
+        close(&scores[i + 1], expected, &format!("prompt token {}", i + 1));
+        // The best alternative is the step's best.
+        let top = logprobs["top_logprobs"][i + 1].as_object().unwrap();
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!(
+            (best - step[0].1).abs() < 1e-4,
+            "token {}: {best} vs {}",
+            i + 1,
+            step[0].1
+        );
+    }
+
+    // A text prompt echoes as given, then the generated token follows.
+    let body = json!({"prompt": text, "max_tokens": 1, "echo": true, "temperature": 0});
+    let one = post(server.addr, "/v1/completions", &body).json();
+    let echoed = one["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        echoed.starts_with(text) && echoed.len() > text.len(),
+        "{echoed:?}"
+    );
+}

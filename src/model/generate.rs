@@ -127,6 +127,30 @@ pub fn generate(
     )
 }
 
+/// The log-probability of each token of `prompt` after the first given those before
+/// it, with the `k` most likely tokens at each place (a completion's `echo` with
+/// `logprobs`), scored on a fresh sequence of `runner` in one pass over the prompt. Empty
+/// for a one-token prompt.
+pub fn prompt_logprobs(
+    runner: &mut Runner,
+    prompt: &[u32],
+    k: usize,
+) -> Result<Vec<TokenLogprobs>, ModelError> {
+    let Some((_, scored)) = prompt.split_last() else {
+        return Err(ModelError::Input("the prompt is empty".into()));
+    };
+    if scored.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut seq = runner.new_sequence()?;
+    let chunks = runner.forward_every_logit(&mut seq, scored)?;
+    let rows = chunks.iter().flat_map(|c| c.iter());
+    Ok(rows
+        .zip(&prompt[1..])
+        .map(|(logits, &token)| token_logprobs(logits, token, k))
+        .collect())
+}
+
 /// [`generate`] on `seq`, which already holds the first `seq.len()` tokens of `prompt`
 /// (a conversation's earlier turns): only the rest of the prompt is evaluated. The
 /// sequence ends holding the prompt and every generated token but the last.

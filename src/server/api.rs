@@ -103,6 +103,9 @@ pub(crate) struct Params {
     pub ignore_eos: bool,
     /// `response_format` `{"type": "json_object"}`: the reply is one JSON object.
     pub json_object: bool,
+    /// A completion's `echo`: the reply's text (and log-probabilities) start with the
+    /// prompt's.
+    pub echo: bool,
 }
 
 impl Params {
@@ -134,7 +137,18 @@ impl Params {
                 opt_int(body, "max_completion_tokens")?,
             ),
         };
+        let echo = opt_bool(body, "echo")?.unwrap_or(false);
+        let stream = opt_bool(body, "stream")?.unwrap_or(false);
+        if echo && stream {
+            return Err(ApiError::invalid(
+                "unsupported_parameter",
+                Some("echo"),
+                "Unsupported parameter: 'echo' with 'stream' is not supported by this server yet.",
+            ));
+        }
         let max_tokens = match max_tokens {
+            // With `echo`, 0 scores the prompt and generates nothing, as OpenAI allows.
+            Some(0) if echo => Some(0),
             Some(n) if n <= 0 => {
                 return Err(ApiError::bad_value(
                     limit_field,
@@ -217,7 +231,7 @@ impl Params {
             max_tokens_field: limit_field,
             stop: stop_strings(body)?,
             seed,
-            stream: opt_bool(body, "stream")?.unwrap_or(false),
+            stream,
             include_usage,
             n: n as usize,
             logprobs: match kind {
@@ -232,6 +246,7 @@ impl Params {
             logit_bias: logit_bias(body)?,
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
             json_object: json_object(body)?,
+            echo,
         })
     }
 }
@@ -410,19 +425,49 @@ fn text_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
 }
 
 /// The `prompt` of a completion request: a string, or a list of exactly one string.
-pub(crate) fn prompt(body: &Body) -> Result<String, ApiError> {
+pub(crate) fn prompt(body: &Body) -> Result<Prompt, ApiError> {
+    let one = "prompt must be a string, token ids, or a list of exactly one of those.";
     match body.get("prompt") {
         None | Some(Value::Null) => Err(ApiError::missing("prompt")),
-        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::String(text)) => Ok(Prompt::Text(text.clone())),
         Some(Value::Array(list)) => match list.as_slice() {
-            [Value::String(text)] => Ok(text.clone()),
-            _ => Err(ApiError::bad_value(
-                "prompt",
-                "prompt must be a string or a list of exactly one string.",
-            )),
+            [Value::String(text)] => Ok(Prompt::Text(text.clone())),
+            [Value::Array(ids)] => token_ids(ids),
+            [Value::Number(_), ..] => token_ids(list),
+            _ => Err(ApiError::bad_value("prompt", one)),
         },
         Some(_) => Err(ApiError::wrong_type("prompt", "a string")),
     }
+}
+
+/// A completion's prompt: text to tokenize, or token ids to use as they are (what
+/// evaluation harnesses send, so that scores are of exactly their tokens).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Prompt {
+    /// Text, tokenized as plain text (the model's BOS added when it adds one).
+    Text(String),
+    /// Token ids, used verbatim (checked against the vocabulary by the caller).
+    Ids(Vec<u32>),
+}
+
+/// A non-empty list of token ids.
+fn token_ids(list: &[Value]) -> Result<Prompt, ApiError> {
+    if list.is_empty() {
+        return Err(ApiError::bad_value("prompt", "The prompt is empty."));
+    }
+    list.iter()
+        .map(|v| {
+            v.as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| {
+                    ApiError::bad_value(
+                        "prompt",
+                        format!("prompt token ids must be non-negative integers, got {v}."),
+                    )
+                })
+        })
+        .collect::<Result<Vec<u32>, ApiError>>()
+        .map(Prompt::Ids)
 }
 
 /// The `stop` strings: a string or a list of at most [`MAX_STOP_STRINGS`], each at most
@@ -615,6 +660,21 @@ mod tests {
     }
 
     #[test]
+    fn echo_takes_max_tokens_0_and_not_stream() {
+        let text = |t: &str| Params::parse(&body(t), Kind::Text);
+        let p = text(r#"{"echo": true, "max_tokens": 0, "logprobs": 1}"#).unwrap();
+        assert!(p.echo && p.max_tokens == Some(0));
+        let zero = text(r#"{"max_tokens": 0}"#).unwrap_err();
+        assert_eq!(zero.param.as_deref(), Some("max_tokens"));
+        let streamed = text(r#"{"echo": true, "stream": true}"#).unwrap_err();
+        assert_eq!(
+            (streamed.code, streamed.param.as_deref()),
+            ("unsupported_parameter", Some("echo"))
+        );
+        assert!(!text(r#"{"echo": false, "stream": true}"#).unwrap().echo);
+    }
+
+    #[test]
     fn response_format() {
         let parse = |text: &str| Params::parse(&body(text), Kind::Chat);
         let json = parse(r#"{"response_format": {"type": "json_object"}}"#).unwrap();
@@ -667,7 +727,27 @@ mod tests {
         assert_eq!(many(MAX_MESSAGES + 1).unwrap_err().code, "invalid_value");
         let bad_role = err(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#);
         assert_eq!(bad_role.param.as_deref(), Some("messages[0].role"));
-        assert_eq!(prompt(&body(r#"{"prompt": ["x"]}"#)).unwrap(), "x");
+        assert_eq!(
+            prompt(&body(r#"{"prompt": ["x"]}"#)).unwrap(),
+            Prompt::Text("x".into())
+        );
+        let ids = Prompt::Ids(vec![5, 0, 7]);
+        assert_eq!(prompt(&body(r#"{"prompt": [5, 0, 7]}"#)).unwrap(), ids);
+        assert_eq!(prompt(&body(r#"{"prompt": [[5, 0, 7]]}"#)).unwrap(), ids);
+        for bad in [
+            r#"[1, -2]"#,
+            r#"[1, "x"]"#,
+            r#"[[]]"#,
+            r#"["a", "b"]"#,
+            r#"[[1], [2]]"#,
+        ] {
+            let e = prompt(&body(&format!(r#"{{"prompt": {bad}}}"#))).unwrap_err();
+            assert_eq!(
+                (e.code, e.param.as_deref()),
+                ("invalid_value", Some("prompt")),
+                "{bad}"
+            );
+        }
         assert_eq!(
             prompt(&body(r#"{"prompt": 1}"#)).unwrap_err().code,
             "invalid_type"

@@ -39,10 +39,19 @@ pub(crate) struct Job {
     pub cancel: Arc<AtomicBool>,
     /// When the job was submitted (for time to first token).
     pub submitted: Instant,
+    /// Score the prompt too (a completion's `echo` with `logprobs`): its tokens'
+    /// log-probabilities with this many alternatives come as [`Event::Prompt`] first.
+    pub prompt_logprobs: Option<usize>,
 }
 
-/// What the engine tells a job's owner about one of its choices.
+/// What the engine tells a job's owner about its prompt or one of its choices.
 pub(crate) enum Event {
+    /// The prompt's tokens after the first, each with its log-probability given those
+    /// before it; sent once, before any choice's text, when the job asked.
+    Prompt {
+        /// One entry per prompt token after the first.
+        logprobs: Vec<TokenLogprobs>,
+    },
     /// A new piece of a choice's text, with its tokens' log-probabilities when asked.
     Text {
         /// The choice.
@@ -262,6 +271,21 @@ impl Engine {
             // Not enough KV memory until running sequences end: it waits at the head.
             self.admitting = Some(Admitting { job, next: index });
             return false;
+        }
+        if let (0, Some(k)) = (index, job.prompt_logprobs) {
+            // Scored once per job, when its first choice joins: one pass over the prompt
+            // between two steps, on a sequence of its own.
+            match crate::model::prompt_logprobs(&mut self.runner, &job.prompt, k) {
+                Ok(logprobs) => {
+                    let _ = job.events.send(Event::Prompt { logprobs });
+                }
+                Err(e) => {
+                    job.cancel.store(true, Ordering::SeqCst);
+                    let result = Err(EngineError::Model(Box::new(e)));
+                    let _ = job.events.send(Event::Done { index, result });
+                    return true;
+                }
+            }
         }
         let id = self.next_id;
         self.next_id += 1;

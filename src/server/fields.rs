@@ -35,7 +35,7 @@ const READ: [&str; 18] = [
 const READ_CHAT: [&str; 3] = ["messages", "top_logprobs", "response_format"];
 
 /// Fields only the completions endpoint reads (`best_of` when it equals `n`).
-const READ_TEXT: [&str; 2] = ["prompt", "best_of"];
+const READ_TEXT: [&str; 3] = ["prompt", "best_of", "echo"];
 
 /// Fields that cannot change the generated tokens (bookkeeping, storage, caching and
 /// latency hints): accepted and ignored.
@@ -65,8 +65,7 @@ const UNSUPPORTED_CHAT: [(&str, Neutral); 9] = [
 ];
 
 /// Fields of the completions endpoint that change the result and are not implemented.
-const UNSUPPORTED_TEXT: [(&str, Neutral); 2] =
-    [("echo", Neutral::False), ("suffix", Neutral::EmptyString)];
+const UNSUPPORTED_TEXT: [(&str, Neutral); 1] = [("suffix", Neutral::EmptyString)];
 
 /// Fields of a chat message that change the prompt and are not implemented (`role`
 /// and `content` are read).
@@ -84,7 +83,6 @@ const UNSUPPORTED_MESSAGE: [(&str, Neutral); 6] = [
 #[derive(Clone, Copy)]
 enum Neutral {
     Null,
-    False,
     EmptyString,
     EmptyArray,
     /// `["text"]`.
@@ -95,7 +93,6 @@ impl Neutral {
     fn holds(self, value: &Value) -> bool {
         match (self, value) {
             (_, Value::Null) => true,
-            (Neutral::False, Value::Bool(b)) => !b,
             (Neutral::EmptyString, Value::String(s)) => s.is_empty(),
             (Neutral::EmptyArray, Value::Array(a)) => a.is_empty(),
             (Neutral::TextModality, Value::Array(a)) => {
@@ -186,7 +183,6 @@ mod tests {
             json!({"parallel_tool_calls": false}),
             "parallel_tool_calls",
         );
-        refused(Kind::Text, json!({"echo": true}), "echo");
         refused(Kind::Text, json!({"suffix": "end"}), "suffix");
 
         let neutral = json!({

@@ -64,9 +64,45 @@ pub(crate) fn chat(tokenizer: &Tokenizer, tokens: &[TokenLogprobs]) -> Value {
 /// at character `offset` of the text; `offset` moves past them. Each token's
 /// `top_logprobs` holds the asked alternatives and the token itself, as OpenAI's does.
 pub(crate) fn legacy(tokenizer: &Tokenizer, tokens: &[TokenLogprobs], offset: &mut usize) -> Value {
-    let (mut texts, mut logprobs, mut tops, mut offsets) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut arrays = Legacy::default();
     for t in tokens {
+        arrays.push(tokenizer, t, offset);
+    }
+    arrays.into_value()
+}
+
+/// [`legacy`] for an echoed prompt followed by generated tokens: the prompt's first
+/// token has `null` for its log-probability and alternatives (nothing precedes it),
+/// its others come from `scored`, then `generated`'s.
+pub(crate) fn legacy_echo(
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    scored: &[TokenLogprobs],
+    generated: &[TokenLogprobs],
+) -> Value {
+    let mut arrays = Legacy::default();
+    let mut offset = 0;
+    if let Some(&first) = prompt.first() {
+        arrays.push_unscored(tokenizer, first, &mut offset);
+    }
+    for t in scored.iter().chain(generated) {
+        arrays.push(tokenizer, t, &mut offset);
+    }
+    arrays.into_value()
+}
+
+/// The four parallel arrays of a legacy `logprobs` object, built token by token.
+#[derive(Default)]
+struct Legacy {
+    tokens: Vec<Value>,
+    logprobs: Vec<Value>,
+    tops: Vec<Value>,
+    offsets: Vec<usize>,
+}
+
+impl Legacy {
+    /// Appends `t`, which starts at character `offset`; `offset` moves past it.
+    fn push(&mut self, tokenizer: &Tokenizer, t: &TokenLogprobs, offset: &mut usize) {
         let token = text(tokenizer, t.id);
         let mut top = Map::new();
         for a in &t.top {
@@ -74,18 +110,32 @@ pub(crate) fn legacy(tokenizer: &Tokenizer, tokens: &[TokenLogprobs], offset: &m
                 .or_insert(number(a.logprob));
         }
         top.entry(token.clone()).or_insert(number(t.logprob));
-        offsets.push(*offset);
-        *offset += token.chars().count();
-        texts.push(Value::String(token));
-        logprobs.push(number(t.logprob));
-        tops.push(Value::Object(top));
+        self.logprobs.push(number(t.logprob));
+        self.tops.push(Value::Object(top));
+        self.push_text(token, offset);
     }
-    json!({
-        "tokens": texts,
-        "token_logprobs": logprobs,
-        "top_logprobs": tops,
-        "text_offset": offsets,
-    })
+
+    /// Appends token `id` with no log-probability (a prompt's first).
+    fn push_unscored(&mut self, tokenizer: &Tokenizer, id: u32, offset: &mut usize) {
+        self.logprobs.push(Value::Null);
+        self.tops.push(Value::Null);
+        self.push_text(text(tokenizer, id), offset);
+    }
+
+    fn push_text(&mut self, token: String, offset: &mut usize) {
+        self.offsets.push(*offset);
+        *offset += token.chars().count();
+        self.tokens.push(Value::String(token));
+    }
+
+    fn into_value(self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "token_logprobs": self.logprobs,
+            "top_logprobs": self.tops,
+            "text_offset": self.offsets,
+        })
+    }
 }
 
 #[cfg(test)]

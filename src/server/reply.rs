@@ -17,6 +17,15 @@ use super::logprobs;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{FinishReason, Model, TokenLogprobs};
 
+/// What a completion's `echo` puts before each choice: the prompt's text and ids.
+#[derive(Clone, Debug)]
+pub(crate) struct Echo {
+    /// The prompt as the client gave it (token ids decoded).
+    pub text: String,
+    /// Its token ids.
+    pub ids: Vec<u32>,
+}
+
 /// Which endpoint a reply belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -91,14 +100,30 @@ impl Reply {
         }
     }
 
-    /// The body of a non-streamed reply: one choice per outcome, in index order.
-    pub fn full(&self, outcomes: &[Outcome], tokenizer: &Tokenizer) -> Value {
+    /// The body of a non-streamed reply: one choice per outcome, in index order; with
+    /// `echo` (the prompt, and its scored tokens after the first), each completion's
+    /// text and log-probabilities start with the prompt's.
+    pub fn full(
+        &self,
+        outcomes: &[Outcome],
+        tokenizer: &Tokenizer,
+        echo: Option<&(Echo, Vec<TokenLogprobs>)>,
+    ) -> Value {
         let choices: Vec<Value> = outcomes
             .iter()
             .enumerate()
             .map(|(index, outcome)| {
                 let reason = finish_reason(outcome.finish_reason);
-                let logprobs = self.logprobs(tokenizer, &outcome.logprobs, &mut 0);
+                let logprobs = match (echo, self.logprobs) {
+                    (Some((echo, scored)), true) => {
+                        logprobs::legacy_echo(tokenizer, &echo.ids, scored, &outcome.logprobs)
+                    }
+                    _ => self.logprobs(tokenizer, &outcome.logprobs, &mut 0),
+                };
+                let text = match echo {
+                    Some((echo, _)) => format!("{}{}", echo.text, outcome.text),
+                    None => outcome.text.clone(),
+                };
                 match self.kind {
                     Kind::Chat => json!({
                         "index": index,
@@ -108,7 +133,7 @@ impl Reply {
                     }),
                     Kind::Text => json!({
                         "index": index,
-                        "text": outcome.text,
+                        "text": text,
                         "logprobs": logprobs,
                         "finish_reason": reason,
                     }),
@@ -187,6 +212,8 @@ impl Streaming {
     /// adds `[DONE]`.
     fn push(&mut self, event: Option<Event>) {
         let end = match event {
+            // Only non-streamed replies echo their prompt.
+            Some(Event::Prompt { .. }) => return,
             Some(Event::Text {
                 index,
                 text,

@@ -22,7 +22,7 @@ use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
 use crate::model::constraint::TokenTexts;
 use crate::model::sampler::SamplerConfig;
-use crate::model::{GenerateOptions, Model};
+use crate::model::{GenerateOptions, Model, TokenLogprobs};
 
 /// Recent tokens `repetition_penalty` looks at (llama.cpp's `repeat_last_n` default).
 const REPEAT_LAST_N: usize = 64;
@@ -169,7 +169,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 /// What to tokenize: a chat's messages or a completion's prompt.
 enum Input {
     Messages(Vec<crate::model::chat_template::Message>),
-    Prompt(String),
+    Prompt(api::Prompt),
 }
 
 async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, ApiError> {
@@ -184,6 +184,11 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
     let input = match kind {
         Kind::Chat => Input::Messages(api::messages(&body)?),
         Kind::Text => Input::Prompt(api::prompt(&body)?),
+    };
+    // What `echo` repeats: the prompt's own text, or its ids' decoding.
+    let echo_text = match (&input, params.echo) {
+        (Input::Prompt(api::Prompt::Text(text)), true) => Some(text.clone()),
+        _ => None,
     };
     let model = app.model.clone();
     let prompt = tokio::task::spawn_blocking(move || tokenize(&model, input))
@@ -241,7 +246,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         })
         .collect();
     let job = Job {
-        prompt,
+        prompt: prompt.clone(),
         options: GenerateOptions {
             max_tokens,
             stop_strings: params.stop.clone(),
@@ -257,6 +262,19 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         events: sender,
         cancel: cancel.clone(),
         submitted: Instant::now(),
+        prompt_logprobs: params.logprobs.filter(|_| params.echo),
+    };
+    let echo = match params.echo {
+        true => Some(reply::Echo {
+            text: match echo_text {
+                Some(text) => text,
+                None => app.model.tokenizer.decode(&prompt, false).map_err(|e| {
+                    ApiError::bad_value("prompt", format!("The prompt does not decode: {e}"))
+                })?,
+            },
+            ids: prompt,
+        }),
+        false => None,
     };
     match app.engine.submit(job) {
         Ok(()) => {}
@@ -281,9 +299,11 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         let include_usage = params.include_usage;
         return Ok(reply::stream(reply, model, events, include_usage, cancel).into_response());
     }
-    let outcomes = wait(events, params.n).await?;
+    let (outcomes, scored) = wait(events, params.n).await?;
     drop(cancel);
-    Ok(Json(reply.full(&outcomes, &app.model.tokenizer)).into_response())
+    let echo = echo.map(|e| (e, scored.unwrap_or_default()));
+    let body = reply.full(&outcomes, &app.model.tokenizer, echo.as_ref());
+    Ok(Json(body).into_response())
 }
 
 /// The model's token texts for JSON-object replies, decoded on first use (off the
@@ -313,10 +333,12 @@ async fn token_texts(app: &Arc<App>) -> Result<Arc<TokenTexts>, ApiError> {
 async fn wait(
     mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
     n: usize,
-) -> Result<Vec<Outcome>, ApiError> {
+) -> Result<(Vec<Outcome>, Option<Vec<TokenLogprobs>>), ApiError> {
     let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
+    let mut scored = None;
     while outcomes.iter().any(Option::is_none) {
         match events.recv().await {
+            Some(Event::Prompt { logprobs }) => scored = Some(logprobs),
             Some(Event::Text { .. }) => {}
             Some(Event::Done { index, result }) => {
                 outcomes[index] = Some(result.map_err(ApiError::from)?);
@@ -324,7 +346,7 @@ async fn wait(
             None => return Err(ApiError::shutting_down()),
         }
     }
-    Ok(outcomes.into_iter().flatten().collect())
+    Ok((outcomes.into_iter().flatten().collect(), scored))
 }
 
 /// Renders and tokenizes the input (runs on a blocking thread). A plain prompt gets
@@ -335,7 +357,17 @@ fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
         Input::Messages(_) => "messages",
     };
     let ids = match input {
-        Input::Prompt(text) => model.tokenizer.encode(&text, false),
+        Input::Prompt(api::Prompt::Ids(ids)) => {
+            let vocab = model.config.vocab_size;
+            if let Some(id) = ids.iter().find(|&&id| id as usize >= vocab) {
+                return Err(ApiError::bad_value(
+                    "prompt",
+                    format!("prompt token {id} is past this model's vocabulary of {vocab} tokens."),
+                ));
+            }
+            return Ok(ids);
+        }
+        Input::Prompt(api::Prompt::Text(text)) => model.tokenizer.encode(&text, false),
         Input::Messages(messages) => {
             let template = model.chat_template.as_ref().ok_or_else(|| {
                 ApiError::invalid(
