@@ -177,6 +177,21 @@ fn bad_input_gets_a_clear_error() {
             ["--frequency-penalty", "NaN"],
             "--frequency-penalty NaN is out of range",
         ),
+        (
+            [
+                "--json-schema",
+                r#"{"type": "object", "properties": {"a": {"pattern": "x"}}}"#,
+            ],
+            "schema.properties.a.pattern: 'pattern' is not supported yet",
+        ),
+        (
+            ["--json-schema", "@/nonexistent/schema.json"],
+            "reading /nonexistent",
+        ),
+        (
+            ["--json-schema", r#"{"type": "array"}"#],
+            "the top level must be an object",
+        ),
     ] {
         let out = switchyard(&["generate", "hi", "-n", "2", flags[0], flags[1]]);
         assert!(!out.status.success(), "{flags:?} was accepted");

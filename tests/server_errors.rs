@@ -231,8 +231,9 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         (chat, json!({"function_call": "auto"}), "function_call"),
         (
             chat,
-            json!({"response_format": {"type": "json_schema", "json_schema": {}}}),
-            "response_format",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema":
+                {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}}),
+            "response_format.json_schema.schema",
         ),
         (chat, json!({"modalities": ["text", "audio"]}), "modalities"),
         (chat, json!({"reasoning_effort": "low"}), "reasoning_effort"),

@@ -305,7 +305,8 @@ fn cases() -> Vec<Case> {
             Some(param),
         ));
     }
-    // prompt: a 1 MB text (tokenized, then too long), lists, wrong types.
+    // prompt: a 1 MB text (tokenized, then too long), lists, wrong types, token ids
+    // that are negative, past the vocabulary or past u32, several prompts at once.
     let prose = "the quick brown fox jumps over the lazy dog ".repeat(22_000);
     let body = json!({"prompt": prose, "max_tokens": 1})
         .to_string()
@@ -314,7 +315,16 @@ fn cases() -> Vec<Case> {
     let list: Vec<&str> = vec!["hi"; 100_000];
     let body = json!({"prompt": list}).to_string().into_bytes();
     cases.push(case("prompt × 100 000", TEXT, body, 400, Some("prompt")));
-    for value in [json!([]), json!([1, 2, 3]), json!(5), json!({"text": "hi"})] {
+    for value in [
+        json!([]),
+        json!(5),
+        json!({"text": "hi"}),
+        json!([1, -2, 3]),
+        json!([1, 4_294_967_296u64]),
+        json!([[1], [2]]),
+        json!([1, 2_000_000_000]),
+        json!(vec![7; 100_000]),
+    ] {
         let body = json!({"prompt": value}).to_string().into_bytes();
         cases.push(case(
             format!("prompt {value}"),

@@ -162,11 +162,14 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
         ("tools", dict(tools=[tool])),
         ("tool_choice", dict(tool_choice="auto")),
         (
-            "response_format",
+            "response_format.json_schema.schema",
             dict(
                 response_format={
                     "type": "json_schema",
-                    "json_schema": {"name": "x", "schema": {"type": "object"}},
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}},
+                    },
                 }
             ),
         ),
@@ -192,6 +195,19 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
     )
     assert held.choices[0].finish_reason == "stop", held
     assert isinstance(json.loads(held.choices[0].message.content), dict), held
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    shaped = client.chat.completions.create(
+        model=model, messages=cat, max_tokens=120, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "cat", "strict": True, "schema": schema}},
+    )
+    cat_object = json.loads(shaped.choices[0].message.content)
+    assert set(cat_object) == {"name", "age"}, cat_object
+    assert isinstance(cat_object["name"], str) and isinstance(cat_object["age"], int), cat_object
 
 
 if __name__ == "__main__":

@@ -449,7 +449,7 @@ fn logit_bias_and_penalties_change_the_text_as_generate_flags_do() {
 }
 
 #[test]
-fn json_object_replies_parse_and_match_generate_json_object() {
+fn json_replies_parse_match_their_schema_and_generate() {
     let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
     let chat = "/v1/chat/completions";
     let ask = |content: &str, extra: Value| {
@@ -547,6 +547,78 @@ fn json_object_replies_parse_and_match_generate_json_object() {
     }
     let whole: Vec<String> = choice_texts(&sampled);
     assert_eq!(texts, whole);
+
+    // A JSON Schema: the greedy reply matches it and is what `generate --json-schema`
+    // writes; sampled choices match it too.
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "color": {"enum": ["black", "white", "orange"]},
+            "toys": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        },
+        "required": ["name", "age", "color", "toys"],
+        "additionalProperties": false,
+    });
+    let format = json!({"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}});
+    let matches = |text: &str| {
+        let value: Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+        let object = value.as_object().unwrap_or_else(|| panic!("{text:?}"));
+        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["age", "color", "name", "toys"], "{text:?}");
+        assert!(
+            value["name"].is_string() && value["age"].is_i64(),
+            "{text:?}"
+        );
+        assert!(["black", "white", "orange"].contains(&value["color"].as_str().unwrap()));
+        let toys = value["toys"].as_array().unwrap();
+        assert!(
+            toys.len() <= 3 && toys.iter().all(Value::is_string),
+            "{text:?}"
+        );
+    };
+    let shaped = ask(
+        "Describe a cat.",
+        json!({"temperature": 0, "response_format": format}),
+    );
+    assert_eq!(shaped["choices"][0]["finish_reason"], "stop", "{shaped}");
+    let text = shaped["choices"][0]["message"]["content"].as_str().unwrap();
+    matches(text);
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "generate",
+            "--backends",
+            "cpu",
+            "--ctx",
+            CTX,
+            "--temperature",
+            "0",
+        ])
+        .args(["--chat", "--json-schema", &schema.to_string(), "-n", "120"])
+        .arg("Describe a cat.")
+        .output()
+        .expect("switchyard generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+        text
+    );
+    let sampled = ask(
+        "Describe a cat.",
+        json!({"temperature": 1.0, "seed": 9, "n": 3, "response_format": format}),
+    );
+    for choice in sampled["choices"].as_array().unwrap() {
+        if choice["finish_reason"] == "stop" {
+            matches(choice["message"]["content"].as_str().unwrap());
+        }
+    }
 }
 
 #[test]

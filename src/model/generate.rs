@@ -2,12 +2,11 @@
 //! time, streaming text as it becomes valid UTF-8, until an end token, a stop string
 //! or the token limit.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use super::constraint::{JsonObject, TokenTexts};
+use super::constraint::{JsonConstraint, JsonShape};
 use super::sampler::{History, Sampler};
 use super::tokenizer::Tokenizer;
 use super::ModelError;
@@ -30,9 +29,9 @@ pub struct GenerateOptions {
     /// Record every generated token's log-probability and the `k` most likely tokens
     /// of the distribution it was drawn from (`Some(0)`: the token's alone).
     pub logprobs: Option<usize>,
-    /// Hold the output to one JSON object, ending when it closes (OpenAI's
-    /// `json_object` mode), with the vocabulary's token texts; not with `force_tokens`.
-    pub json_object: Option<Arc<TokenTexts>>,
+    /// Hold the output to a JSON text of this shape, ending when its top-level value
+    /// does (OpenAI's `json_object` and `json_schema` modes); not with `force_tokens`.
+    pub json: Option<JsonShape>,
 }
 
 /// Why a generation ended.
@@ -200,7 +199,7 @@ pub struct Decoding<'t> {
     delivered: usize,
     text: TextStream<'t>,
     /// The JSON object the output is held to, if any.
-    json: Option<JsonObject>,
+    json: Option<JsonConstraint>,
     finish_reason: Option<FinishReason>,
     started: Instant,
     prefill_time: Option<std::time::Duration>,
@@ -224,13 +223,13 @@ impl<'t> Decoding<'t> {
         if needed > context {
             return Err(ModelError::ContextFull { needed, context });
         }
-        if options.json_object.is_some() && !options.force_tokens.is_empty() {
+        if options.json.is_some() && !options.force_tokens.is_empty() {
             return Err(ModelError::Input(
-                "forced tokens and a JSON object constraint do not combine".into(),
+                "forced tokens and a JSON constraint do not combine".into(),
             ));
         }
         Ok(Decoding {
-            json: options.json_object.clone().map(JsonObject::new),
+            json: options.json.clone().map(JsonConstraint::new),
             text: TextStream::new(tokenizer, options.stop_strings.clone()),
             options,
             prompt_len: prompt.len(),
@@ -314,7 +313,7 @@ impl<'t> Decoding<'t> {
             Flow::Stop => self.finish_reason = Some(FinishReason::Stop),
             Flow::Cancel => self.finish_reason = Some(FinishReason::Cancelled),
         }
-        if self.json.as_ref().is_some_and(JsonObject::complete) {
+        if self.json.as_ref().is_some_and(JsonConstraint::complete) {
             self.finish_reason.get_or_insert(FinishReason::Stop);
         }
         if self.finish_reason.is_some() {

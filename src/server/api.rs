@@ -1,12 +1,15 @@
 //! Reads OpenAI request bodies field by field, so that every missing field, wrong type
 //! and bad value gets a 400 naming the field, as OpenAI answers.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields;
 pub(crate) use super::reply::Kind;
 use crate::model::chat_template::Message;
+use crate::model::constraint::Schema;
 
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
 const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
@@ -101,8 +104,8 @@ pub(crate) struct Params {
     pub logit_bias: Vec<(u32, f32)>,
     /// vLLM's `ignore_eos`: end tokens do not stop the generation.
     pub ignore_eos: bool,
-    /// `response_format` `{"type": "json_object"}`: the reply is one JSON object.
-    pub json_object: bool,
+    /// `response_format`: what shape the reply's text takes.
+    pub format: Format,
     /// A completion's `echo`: the reply's text (and log-probabilities) start with the
     /// prompt's.
     pub echo: bool,
@@ -245,36 +248,74 @@ impl Params {
             presence_penalty: penalty("presence_penalty")?,
             logit_bias: logit_bias(body)?,
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
-            json_object: json_object(body)?,
+            format: response_format(body)?,
             echo,
         })
     }
 }
 
-/// Whether `response_format` asks for a JSON object: absent, null or `{"type":
-/// "text"}` is plain text; `json_schema` is refused as not implemented yet.
-fn json_object(body: &Body) -> Result<bool, ApiError> {
+/// What shape a reply's text takes (`response_format`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) enum Format {
+    /// Free text.
+    #[default]
+    Text,
+    /// One JSON object (`json_object`).
+    JsonObject,
+    /// A JSON text matching a compiled schema (`json_schema`).
+    JsonSchema(Arc<Schema>),
+}
+
+/// Refuses the first key of `object` (at `path`) not in `known`.
+fn only_keys(object: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), ApiError> {
+    match object.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(other) => Err(ApiError::invalid(
+            "unknown_parameter",
+            Some(&format!("{path}.{other}")),
+            format!("Unknown parameter: '{path}.{other}'."),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `response_format`: absent, null or `{"type": "text"}` is free text; `json_object`
+/// one JSON object; `json_schema` a JSON text matching `json_schema.schema`, compiled
+/// here so that what the schema compiler does not support is a 400 naming it.
+fn response_format(body: &Body) -> Result<Format, ApiError> {
     let format = match body.get("response_format") {
-        None | Some(Value::Null) => return Ok(false),
+        None | Some(Value::Null) => return Ok(Format::Text),
         Some(Value::Object(format)) => format,
         Some(_) => return Err(ApiError::wrong_type("response_format", "an object")),
     };
     match format.get("type") {
         Some(Value::String(kind)) if kind == "text" || kind == "json_object" => {
-            if let Some(other) = format.keys().find(|k| *k != "type") {
-                return Err(ApiError::invalid(
-                    "unknown_parameter",
-                    Some(&format!("response_format.{other}")),
-                    format!("Unknown parameter: 'response_format.{other}'."),
-                ));
-            }
-            Ok(kind == "json_object")
+            only_keys(format, "response_format", &["type"])?;
+            Ok(match kind.as_str() {
+                "text" => Format::Text,
+                _ => Format::JsonObject,
+            })
         }
-        Some(Value::String(kind)) if kind == "json_schema" => Err(ApiError::invalid(
-            "unsupported_parameter",
-            Some("response_format"),
-            "Unsupported parameter: 'response_format' of type 'json_schema' is not supported by this server yet; 'json_object' is.",
-        )),
+        Some(Value::String(kind)) if kind == "json_schema" => {
+            only_keys(format, "response_format", &["type", "json_schema"])?;
+            let param = "response_format.json_schema";
+            let spec = match format.get("json_schema") {
+                Some(Value::Object(spec)) => spec,
+                None | Some(Value::Null) => return Err(ApiError::missing(param)),
+                Some(_) => return Err(ApiError::wrong_type(param, "an object")),
+            };
+            only_keys(spec, param, &["name", "description", "schema", "strict"])?;
+            let param = "response_format.json_schema.schema";
+            let schema = spec.get("schema").ok_or_else(|| ApiError::missing(param))?;
+            Schema::compile(schema)
+                .map(|s| Format::JsonSchema(Arc::new(s)))
+                .map_err(|e| {
+                    ApiError::invalid(
+                        "unsupported_parameter",
+                        Some(param),
+                        format!("Unsupported parameter: '{param}' is not supported by this server: {e}."),
+                    )
+                })
+        }
         Some(Value::String(kind)) => Err(ApiError::bad_value(
             "response_format.type",
             format!("response_format.type must be 'text', 'json_object' or 'json_schema', got '{kind}'."),
@@ -678,22 +719,54 @@ mod tests {
     fn response_format() {
         let parse = |text: &str| Params::parse(&body(text), Kind::Chat);
         let json = parse(r#"{"response_format": {"type": "json_object"}}"#).unwrap();
-        assert!(json.json_object);
+        assert_eq!(json.format, Format::JsonObject);
         for plain in [
             "{}",
             r#"{"response_format": null}"#,
             r#"{"response_format": {"type": "text"}}"#,
         ] {
-            assert!(!parse(plain).unwrap().json_object, "{plain}");
+            assert_eq!(parse(plain).unwrap().format, Format::Text, "{plain}");
         }
+        let schema = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
+            "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
+            "required": ["a"], "additionalProperties": false}}}}"#;
+        assert!(matches!(
+            parse(schema).unwrap().format,
+            Format::JsonSchema(_)
+        ));
         let refused = |text: &str| {
             let e = parse(text).unwrap_err();
             (e.code, e.param.unwrap_or_default())
         };
-        let schema = r#"{"response_format": {"type": "json_schema", "json_schema": {}}}"#;
+        let pattern = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
+            "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}}}}"#;
+        let e = parse(pattern).unwrap_err();
         assert_eq!(
-            refused(schema),
-            ("unsupported_parameter", "response_format".into())
+            (e.code, e.param.as_deref()),
+            (
+                "unsupported_parameter",
+                Some("response_format.json_schema.schema")
+            )
+        );
+        assert!(
+            e.message.contains("schema.properties.a.pattern"),
+            "{}",
+            e.message
+        );
+        let bare = refused(r#"{"response_format": {"type": "json_schema"}}"#);
+        assert_eq!(
+            bare,
+            (
+                "missing_required_parameter",
+                "response_format.json_schema".into()
+            )
+        );
+        let odd = refused(
+            r#"{"response_format": {"type": "json_schema", "json_schema": {"schema": {}, "x": 1}}}"#,
+        );
+        assert_eq!(
+            odd,
+            ("unknown_parameter", "response_format.json_schema.x".into())
         );
         let yaml = refused(r#"{"response_format": {"type": "yaml"}}"#);
         assert_eq!(yaml, ("invalid_value", "response_format.type".into()));

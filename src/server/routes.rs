@@ -20,7 +20,7 @@ use super::engine::{EngineHandle, Event, Job, Outcome, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
-use crate::model::constraint::TokenTexts;
+use crate::model::constraint::{JsonShape, Schema, TokenTexts};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model, TokenLogprobs};
 
@@ -216,9 +216,15 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
         ));
     }
-    let json_object = match params.json_object {
-        true => Some(token_texts(&app).await?),
-        false => None,
+    let json = match &params.format {
+        api::Format::Text => None,
+        api::Format::JsonObject => Some(JsonShape::new(
+            token_texts(&app).await?,
+            Arc::new(Schema::any_object()),
+        )),
+        api::Format::JsonSchema(schema) => {
+            Some(JsonShape::new(token_texts(&app).await?, schema.clone()))
+        }
     };
     let (sender, events) = tokio::sync::mpsc::unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
@@ -255,7 +261,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
                 false => app.model.stop_ids.clone(),
             },
             logprobs: params.logprobs,
-            json_object,
+            json,
             ..GenerateOptions::default()
         },
         samplers,

@@ -9,7 +9,8 @@ use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::constraint::TokenTexts;
+use switchyard::model::constraint::{JsonShape, Schema, TokenTexts};
+use switchyard::model::tokenizer::Tokenizer;
 use switchyard::model::{generate, GenerateOptions, Generation};
 use switchyard::step::{BucketGate, Failover, PhaseStats, Placed};
 
@@ -50,8 +51,13 @@ pub struct GenerateArgs {
     force_tokens: Vec<u32>,
     /// Hold the output to one JSON object, ending when it closes (the server's
     /// response_format {"type": "json_object"}); ask for JSON in the prompt too.
-    #[arg(long, conflicts_with = "force_tokens")]
+    #[arg(long, conflicts_with_all = ["force_tokens", "json_schema"])]
     json_object: bool,
+    /// Hold the output to JSON matching this JSON Schema (inline JSON, or @FILE), as the
+    /// server's response_format json_schema: type, properties, required,
+    /// additionalProperties, items, minItems, maxItems, enum and const.
+    #[arg(long, value_name = "SCHEMA", conflicts_with = "force_tokens")]
+    json_schema: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -80,6 +86,26 @@ struct CacheReport {
     evictions: u64,
     prefill: PhaseStats,
     decode: PhaseStats,
+}
+
+/// The JSON shape `--json-object` or `--json-schema` asks for, if either.
+fn json_shape(args: &GenerateArgs, tokenizer: &Tokenizer) -> Result<Option<JsonShape>> {
+    let schema = match (&args.json_schema, args.json_object) {
+        (None, false) => return Ok(None),
+        (None, true) => Schema::any_object(),
+        (Some(spec), _) => {
+            let text = match spec.strip_prefix('@') {
+                Some(path) => std::fs::read_to_string(path)
+                    .with_context(|| format!("--json-schema: reading {path}"))?,
+                None => spec.clone(),
+            };
+            let value: serde_json::Value =
+                serde_json::from_str(&text).context("--json-schema: not JSON")?;
+            Schema::compile(&value).context("--json-schema")?
+        }
+    };
+    let texts = Arc::new(TokenTexts::new(tokenizer)?);
+    Ok(Some(JsonShape::new(texts, Arc::new(schema))))
 }
 
 /// Runs the command.
@@ -140,10 +166,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         force_tokens: args.force_tokens.clone(),
         top_logits,
         logprobs: None,
-        json_object: match args.json_object {
-            true => Some(Arc::new(TokenTexts::new(&model.tokenizer)?)),
-            false => None,
-        },
+        json: json_shape(args, &model.tokenizer)?,
     };
     let mut stdout = std::io::stdout().lock();
     let json = args.json;

@@ -1,45 +1,14 @@
-//! An incremental JSON validator over characters: it accepts exactly the prefixes of
-//! JSON texts (RFC 8259) whose top-level value is an object — OpenAI's `json_object`
-//! mode — and says when that object is complete. Whitespace runs outside strings are
-//! bounded so that a constrained model cannot pad forever.
+//! An incremental JSON validator over characters, walking a [`Schema`]: it accepts
+//! exactly the prefixes of JSON texts (RFC 8259) that match the schema — any object for
+//! OpenAI's `json_object` mode ([`Schema::any_object`]) — and says when the top-level
+//! value is complete. Whitespace runs outside strings are bounded so that a constrained
+//! model cannot pad forever.
+
+use super::schema::{Node, Schema, ANY, ANY_ARRAY, ANY_OBJECT};
 
 /// Longest run of whitespace accepted outside strings: room for a newline and the
 /// indentation of pretty-printed JSON sixteen levels deep, not for endless padding.
 pub(crate) const MAX_WHITESPACE_RUN: u8 = 33;
-
-/// Where a JSON text is, between values and tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Expect {
-    /// Before the top-level object: whitespace or `{`.
-    Root,
-    /// Just after `{`: a key or `}`.
-    KeyOrClose,
-    /// After a `,` inside an object: a key.
-    Key,
-    /// After a key: `:`.
-    Colon,
-    /// After `:` or a `,` inside an array: a value.
-    Value,
-    /// Just after `[`: a value or `]`.
-    ValueOrClose,
-    /// After a value inside a container: `,` or the container's closer.
-    CommaOrClose,
-    /// The top-level object is closed: only whitespace may follow.
-    Done,
-}
-
-/// A token being read: a string, a number or a literal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lex {
-    /// Between tokens.
-    None,
-    /// Inside a string (an object key when `key`), in escape state `escape`.
-    Str { key: bool, escape: Escape },
-    /// Inside a number, having read up to `at`.
-    Num(Num),
-    /// Inside `true`, `false` or `null`, `at` bytes read.
-    Literal { word: &'static [u8], at: u8 },
-}
 
 /// Escape state inside a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +19,23 @@ enum Escape {
     Backslash,
     /// After `\u`, this many hex digits still to come.
     Hex(u8),
+}
+
+impl Escape {
+    /// The state after `c` inside a string, or `None` when `c` is not allowed there;
+    /// an unescaped `"` (the end) is the caller's to see first.
+    fn next(self, c: char) -> Option<Escape> {
+        match (self, c) {
+            (Escape::No, '\\') => Some(Escape::Backslash),
+            (Escape::No, c) if (c as u32) < 0x20 => None,
+            (Escape::No, _) => Some(Escape::No),
+            (Escape::Backslash, '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => Some(Escape::No),
+            (Escape::Backslash, 'u') => Some(Escape::Hex(4)),
+            (Escape::Hex(1), c) if c.is_ascii_hexdigit() => Some(Escape::No),
+            (Escape::Hex(left), c) if c.is_ascii_hexdigit() => Some(Escape::Hex(left - 1)),
+            _ => None,
+        }
+    }
 }
 
 /// How far a number has been read (RFC 8259's `-? int frac? exp?`).
@@ -66,18 +52,30 @@ enum Num {
 }
 
 impl Num {
+    /// The state a number starts in with `c`, if it can.
+    fn start(c: char) -> Option<Num> {
+        match c {
+            '-' => Some(Num::Minus),
+            '0' => Some(Num::Zero),
+            '1'..='9' => Some(Num::Int),
+            _ => None,
+        }
+    }
+
     /// Whether the number may end here.
     fn complete(self) -> bool {
         matches!(self, Num::Zero | Num::Int | Num::Frac | Num::Exp)
     }
 
-    /// The state after `c`, or `None` when `c` cannot continue the number.
-    fn next(self, c: char) -> Option<Num> {
+    /// The state after `c`, or `None` when `c` cannot continue the number (an
+    /// `integer` takes no fraction or exponent).
+    fn next(self, c: char, integer: bool) -> Option<Num> {
         let digit = c.is_ascii_digit();
         match (self, c) {
             (Num::Minus, '0') => Some(Num::Zero),
             (Num::Minus, _) if digit => Some(Num::Int),
             (Num::Int, _) if digit => Some(Num::Int),
+            _ if integer => None,
             (Num::Zero | Num::Int, '.') => Some(Num::Dot),
             (Num::Dot | Num::Frac, _) if digit => Some(Num::Frac),
             (Num::Zero | Num::Int | Num::Frac, 'e' | 'E') => Some(Num::E),
@@ -88,195 +86,363 @@ impl Num {
     }
 }
 
-/// A valid prefix of a JSON object text, fed one character at a time.
+/// Where an object is, between its tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ObjectAt {
+    /// Just after `{`: a key or `}`.
+    Open,
+    /// After `,`: a key.
+    Key,
+    /// Inside a key.
+    InKey(Escape),
+    /// After a key: `:`.
+    Colon,
+    /// After a value: `,` or `}`.
+    CommaOrClose,
+}
+
+/// Where an array is, between its tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ArrayAt {
+    /// Just after `[`: a value or `]`.
+    Open,
+    /// After `,`: a value.
+    Next,
+    /// After a value: `,` or `]`.
+    CommaOrClose,
+}
+
+/// One open value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Frame {
+    /// A value of node `.0`, not started.
+    Value(usize),
+    /// An object of node `id`: where it is, the declared properties already given (a
+    /// bit each), the key being read, and the node of the value it names.
+    Object {
+        id: usize,
+        at: ObjectAt,
+        seen: u64,
+        key: String,
+        value: usize,
+    },
+    /// An array of node `id` with `count` values begun.
+    Array {
+        id: usize,
+        at: ArrayAt,
+        count: usize,
+    },
+    /// A string.
+    Str(Escape),
+    /// A number.
+    Num { state: Num, integer: bool },
+    /// `true`, `false` or `null`, `at` bytes read.
+    Literal { word: &'static [u8], at: u8 },
+    /// One of node `id`'s choices, `text` written so far.
+    Choice { id: usize, text: String },
+}
+
+/// A valid prefix of a JSON text matching a schema, fed one character at a time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct JsonPrefix {
-    /// Open containers, innermost last: `{` or `[`.
-    open: Vec<u8>,
-    expect: Expect,
-    lex: Lex,
+    /// Open values, innermost last; empty once the top-level value is complete.
+    stack: Vec<Frame>,
     /// Whitespace characters just read outside strings.
     whitespace: u8,
 }
 
-impl Default for JsonPrefix {
-    fn default() -> Self {
+impl JsonPrefix {
+    /// Nothing read yet of a value of `schema`.
+    pub(crate) fn new(schema: &Schema) -> JsonPrefix {
         JsonPrefix {
-            open: Vec::new(),
-            expect: Expect::Root,
-            lex: Lex::None,
+            stack: vec![Frame::Value(schema.root())],
             whitespace: 0,
         }
     }
-}
 
-impl JsonPrefix {
-    /// Whether the top-level object has been closed.
+    /// Whether the top-level value is complete.
     pub(crate) fn complete(&self) -> bool {
-        self.expect == Expect::Done
+        self.stack.is_empty()
     }
 
     /// Makes this a copy of `other`, reusing this one's memory.
     pub(crate) fn copy_from(&mut self, other: &JsonPrefix) {
-        self.open.clone_from(&other.open);
-        self.expect = other.expect;
-        self.lex = other.lex;
+        self.stack.clone_from(&other.stack);
         self.whitespace = other.whitespace;
     }
 
     /// Reads `c`; `false` (leaving the state unspecified) when the text so far plus `c`
-    /// is no prefix of a JSON object text.
-    pub(crate) fn push(&mut self, c: char) -> bool {
-        match self.lex {
-            Lex::Str { key, escape } => self.string(key, escape, c),
-            Lex::Num(n) => match n.next(c) {
-                Some(n) => {
-                    self.lex = Lex::Num(n);
-                    true
+    /// is no prefix of a JSON text matching `schema`.
+    pub(crate) fn push(&mut self, schema: &Schema, c: char) -> bool {
+        loop {
+            let Some(top) = self.stack.last_mut() else {
+                return self.blank(c);
+            };
+            match top {
+                Frame::Value(id) => {
+                    let id = *id;
+                    if is_blank(c) {
+                        return self.blank(c);
+                    }
+                    self.whitespace = 0;
+                    match start(schema, id, c) {
+                        Some(frame) => *top = frame,
+                        None => return false,
+                    }
+                    // A choice reads its first character as any other.
+                    if !matches!(top, Frame::Choice { .. }) {
+                        return true;
+                    }
                 }
-                // The number ends before `c`, which is read after it.
-                None if n.complete() => {
-                    self.lex = Lex::None;
+                Frame::Str(escape) => {
+                    if *escape == Escape::No && c == '"' {
+                        self.value_done();
+                        return true;
+                    }
+                    match escape.next(c) {
+                        Some(next) => *escape = next,
+                        None => return false,
+                    }
+                    return true;
+                }
+                Frame::Num { state, integer } => match state.next(c, *integer) {
+                    Some(next) => {
+                        *state = next;
+                        return true;
+                    }
+                    // The number ended before `c`, which its container reads next.
+                    None if state.complete() => self.value_done(),
+                    None => return false,
+                },
+                Frame::Literal { word, at } => {
+                    if !c.is_ascii() || word.get(usize::from(*at)) != Some(&(c as u8)) {
+                        return false;
+                    }
+                    *at += 1;
+                    if usize::from(*at) == word.len() {
+                        self.value_done();
+                    }
+                    return true;
+                }
+                Frame::Choice { id, text } => {
+                    let Node::Choice(options) = schema.node(*id) else {
+                        return false;
+                    };
+                    let before = text.len();
+                    text.push(c);
+                    if options.iter().any(|o| o.starts_with(text.as_str())) {
+                        // Done as soon as no choice goes on past it.
+                        if options
+                            .iter()
+                            .all(|o| o.len() == text.len() || !o.starts_with(text.as_str()))
+                        {
+                            self.value_done();
+                        }
+                        return true;
+                    }
+                    text.truncate(before);
+                    if !options.iter().any(|o| o == text) {
+                        return false;
+                    }
                     self.value_done();
-                    self.between(c)
                 }
-                None => false,
-            },
-            Lex::Literal { word, at } => {
-                if word.get(usize::from(at)) != Some(&(c as u32 as u8)) || !c.is_ascii() {
-                    return false;
-                }
-                if usize::from(at) + 1 == word.len() {
-                    self.lex = Lex::None;
-                    self.value_done();
-                } else {
-                    self.lex = Lex::Literal { word, at: at + 1 };
-                }
-                true
+                Frame::Object { .. } => return self.object(schema, c),
+                Frame::Array { .. } => return self.array(schema, c),
             }
-            Lex::None => self.between(c),
         }
     }
 
-    /// Reads `c` between tokens.
-    fn between(&mut self, c: char) -> bool {
-        if matches!(c, ' ' | '\t' | '\n' | '\r') {
-            self.whitespace += 1;
-            return self.whitespace <= MAX_WHITESPACE_RUN;
+    /// Reads whitespace `c` between tokens (or any `c` after the top-level value).
+    fn blank(&mut self, c: char) -> bool {
+        if !is_blank(c) {
+            return false;
+        }
+        self.whitespace += 1;
+        self.whitespace <= MAX_WHITESPACE_RUN
+    }
+
+    /// Ends the innermost value: its container expects a `,` or its closer next.
+    fn value_done(&mut self) {
+        self.stack.pop();
+        match self.stack.last_mut() {
+            Some(Frame::Object { at, .. }) => *at = ObjectAt::CommaOrClose,
+            Some(Frame::Array { at, .. }) => *at = ArrayAt::CommaOrClose,
+            _ => {}
+        }
+    }
+
+    /// Reads `c` inside an object.
+    fn object(&mut self, schema: &Schema, c: char) -> bool {
+        let Some(Frame::Object {
+            id,
+            at,
+            seen,
+            key,
+            value,
+        }) = self.stack.last_mut()
+        else {
+            return false;
+        };
+        let Node::Object {
+            properties,
+            required,
+            additional,
+        } = schema.node(*id)
+        else {
+            return false;
+        };
+        let every = 1u64
+            .checked_shl(properties.len() as u32)
+            .map_or(u64::MAX, |bit| bit - 1);
+        let all_seen = *seen == every;
+        if let ObjectAt::InKey(escape) = *at {
+            if escape == Escape::No && c == '"' {
+                *value = match properties.iter().position(|(name, _)| name == key) {
+                    Some(i) if *seen & (1 << i) == 0 => {
+                        *seen |= 1 << i;
+                        properties[i].1
+                    }
+                    Some(_) => return false,
+                    None if *additional => ANY,
+                    None => return false,
+                };
+                *at = ObjectAt::Colon;
+                return true;
+            }
+            let Some(next) = escape.next(c) else {
+                return false;
+            };
+            key.push(c);
+            *at = ObjectAt::InKey(next);
+            // A closed object's keys can only spell a property not given yet.
+            return *additional
+                || properties
+                    .iter()
+                    .enumerate()
+                    .any(|(i, (name, _))| *seen & (1 << i) == 0 && name.starts_with(key.as_str()));
+        }
+        if is_blank(c) {
+            return self.blank(c);
         }
         self.whitespace = 0;
-        match (self.expect, c) {
-            (Expect::Root, '{') => self.open(b'{'),
-            (Expect::KeyOrClose | Expect::Key, '"') => {
-                self.lex = Lex::Str {
-                    key: true,
-                    escape: Escape::No,
-                };
+        match (*at, c) {
+            (ObjectAt::Open | ObjectAt::Key, '"') => {
+                key.clear();
+                *at = ObjectAt::InKey(Escape::No);
                 true
             }
-            (Expect::KeyOrClose, '}') | (Expect::ValueOrClose, ']') => self.close(),
-            (Expect::Colon, ':') => {
-                self.expect = Expect::Value;
+            (ObjectAt::Open | ObjectAt::CommaOrClose, '}') => {
+                let done = *seen & required == *required;
+                if done {
+                    self.value_done();
+                }
+                done
+            }
+            (ObjectAt::Colon, ':') => {
+                let value = *value;
+                self.stack.push(Frame::Value(value));
                 true
             }
-            (Expect::Value | Expect::ValueOrClose, _) => self.value(c),
-            (Expect::CommaOrClose, ',') => {
-                self.expect = match self.open.last() {
-                    Some(b'{') => Expect::Key,
-                    _ => Expect::Value,
-                };
+            (ObjectAt::CommaOrClose, ',') if *additional || !all_seen => {
+                *at = ObjectAt::Key;
                 true
             }
-            (Expect::CommaOrClose, '}') if self.open.last() == Some(&b'{') => self.close(),
-            (Expect::CommaOrClose, ']') if self.open.last() == Some(&b'[') => self.close(),
             _ => false,
         }
     }
 
-    /// Reads `c`, the first character of a value.
-    fn value(&mut self, c: char) -> bool {
-        let literal = |word: &'static [u8]| Lex::Literal { word, at: 1 };
-        self.lex = match c {
-            '{' => return self.open(b'{'),
-            '[' => return self.open(b'['),
-            '"' => Lex::Str {
-                key: false,
-                escape: Escape::No,
-            },
-            '-' => Lex::Num(Num::Minus),
-            '0' => Lex::Num(Num::Zero),
-            '1'..='9' => Lex::Num(Num::Int),
-            't' => literal(b"true"),
-            'f' => literal(b"false"),
-            'n' => literal(b"null"),
-            _ => return false,
+    /// Reads `c` inside an array.
+    fn array(&mut self, schema: &Schema, c: char) -> bool {
+        let Some(Frame::Array { id, at, count }) = self.stack.last_mut() else {
+            return false;
         };
-        true
-    }
-
-    /// Opens a container.
-    fn open(&mut self, bracket: u8) -> bool {
-        self.open.push(bracket);
-        self.expect = if bracket == b'{' {
-            Expect::KeyOrClose
-        } else {
-            Expect::ValueOrClose
+        let Node::Array { items, min, max } = schema.node(*id) else {
+            return false;
         };
-        true
-    }
-
-    /// Closes the innermost container (the caller checked it matches).
-    fn close(&mut self) -> bool {
-        self.open.pop();
-        self.value_done();
-        true
-    }
-
-    /// A value has ended: the top-level object, or one inside a container.
-    fn value_done(&mut self) {
-        self.expect = if self.open.is_empty() {
-            Expect::Done
-        } else {
-            Expect::CommaOrClose
-        };
-    }
-
-    /// Reads `c` inside a string.
-    fn string(&mut self, key: bool, escape: Escape, c: char) -> bool {
-        let next = match (escape, c) {
-            (Escape::No, '"') => {
-                self.lex = Lex::None;
-                if key {
-                    self.expect = Expect::Colon;
-                } else {
+        if is_blank(c) {
+            return self.blank(c);
+        }
+        let room = max.is_none_or(|max| *count < max);
+        match (*at, c) {
+            (ArrayAt::Open | ArrayAt::CommaOrClose, ']') => {
+                let done = *count >= *min;
+                if done {
+                    self.whitespace = 0;
                     self.value_done();
                 }
-                return true;
+                done
             }
-            (Escape::No, '\\') => Escape::Backslash,
-            (Escape::No, c) if (c as u32) < 0x20 => return false,
-            (Escape::No, _) => Escape::No,
-            (Escape::Backslash, '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => Escape::No,
-            (Escape::Backslash, 'u') => Escape::Hex(4),
-            (Escape::Hex(left), c) if c.is_ascii_hexdigit() => match left {
-                1 => Escape::No,
-                _ => Escape::Hex(left - 1),
-            },
-            _ => return false,
-        };
-        self.lex = Lex::Str { key, escape: next };
-        true
+            (ArrayAt::CommaOrClose, ',') if room => {
+                self.whitespace = 0;
+                *at = ArrayAt::Next;
+                true
+            }
+            (ArrayAt::Open | ArrayAt::Next, _) if room => {
+                *count += 1;
+                let items = *items;
+                self.stack.push(Frame::Value(items));
+                self.push(schema, c)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// JSON's whitespace.
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r')
+}
+
+/// The frame a value of node `id` starts with `c`, if it can.
+fn start(schema: &Schema, id: usize, c: char) -> Option<Frame> {
+    let literal = |word: &'static [u8]| Frame::Literal { word, at: 1 };
+    let number = |integer| Num::start(c).map(|state| Frame::Num { state, integer });
+    match (schema.node(id), c) {
+        (Node::Any, '{') => start(schema, ANY_OBJECT, c),
+        (Node::Any, '[') => start(schema, ANY_ARRAY, c),
+        (Node::Any | Node::String, '"') => Some(Frame::Str(Escape::No)),
+        (Node::Any, 't') | (Node::Boolean, 't') => Some(literal(b"true")),
+        (Node::Any, 'f') | (Node::Boolean, 'f') => Some(literal(b"false")),
+        (Node::Any, 'n') | (Node::Null, 'n') => Some(literal(b"null")),
+        (Node::Any, _) => number(false),
+        (Node::Number { integer }, _) => number(*integer),
+        (Node::Object { .. }, '{') => Some(Frame::Object {
+            id,
+            at: ObjectAt::Open,
+            seen: 0,
+            key: String::new(),
+            value: ANY,
+        }),
+        (Node::Array { .. }, '[') => Some(Frame::Array {
+            id,
+            at: ArrayAt::Open,
+            count: 0,
+        }),
+        (Node::Choice(_), _) => Some(Frame::Choice {
+            id,
+            text: String::new(),
+        }),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
-    /// Feeds `text`; `Some(complete)` when every character is accepted.
+    /// Feeds `text` against `schema`; `Some(complete)` when every character is accepted.
+    fn read_as(schema: &Schema, text: &str) -> Option<bool> {
+        let mut json = JsonPrefix::new(schema);
+        text.chars()
+            .all(|c| json.push(schema, c))
+            .then(|| json.complete())
+    }
+
+    /// [`read_as`] any object (`json_object` mode).
     fn read(text: &str) -> Option<bool> {
-        let mut json = JsonPrefix::default();
-        text.chars().all(|c| json.push(c)).then(|| json.complete())
+        read_as(&Schema::any_object(), text)
     }
 
     /// Whether serde_json (an independent parser) takes `text` as one JSON object.
@@ -414,5 +580,72 @@ mod tests {
             completed += usize::from(ours);
         }
         assert!(completed > 500, "only {completed} random objects");
+    }
+
+    /// A person: a name, an integer age, up to three tags from a list, and nothing else.
+    fn person() -> Schema {
+        Schema::compile(&json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "age": {"type": "integer"},
+                "tags": {"type": "array", "items": {"enum": ["cat", "dog", 7, null]},
+                         "maxItems": 3, "minItems": 1},
+                "address": {"type": "object", "properties": {"city": {"const": "Oslo"}},
+                            "required": ["city"], "additionalProperties": false},
+                "extra": true,
+            },
+            "required": ["name", "age"],
+            "additionalProperties": false,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_schema_takes_what_matches_it_and_every_prefix() {
+        let schema = person();
+        for text in [
+            r#"{"name": "Ann", "age": 31}"#,
+            r#"{"age": -4, "name": "B\u00e9a", "tags": ["dog", 7, null]}"#,
+            "{\n  \"name\": \"C\",\n  \"age\": 0,\n  \"address\": {\"city\": \"Oslo\"}\n}",
+            r#"{"name":"D","age":1,"tags":["cat"],"extra":{"any":[1,{"x":true}]}}"#,
+        ] {
+            assert!(serde_object(text), "the reference rejects {text}");
+            assert_eq!(read_as(&schema, text), Some(true), "{text}");
+            let chars: Vec<(usize, char)> = text.char_indices().collect();
+            for &(at, _) in &chars[..chars.len() - 1] {
+                assert!(
+                    read_as(&schema, &text[..at]).is_some(),
+                    "prefix {:?}",
+                    &text[..at]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_schema_refuses_what_does_not_match_it() {
+        let schema = person();
+        for text in [
+            r#"{"name": "Ann"}"#,
+            r#"{"name": "Ann", "age": 3.5}"#,
+            r#"{"name": "Ann", "age": 1e3}"#,
+            r#"{"name": 5, "age": 3}"#,
+            r#"{"nick": "A", "name": "Ann", "age": 3}"#,
+            r#"{"name": "A", "name": "B", "age": 3}"#,
+            r#"{"name": "A", "age": 3, "tags": []}"#,
+            r#"{"name": "A", "age": 3, "tags": ["cow"]}"#,
+            r#"{"name": "A", "age": 3, "tags": ["cat", "dog", 7, null]}"#,
+            r#"{"name": "A", "age": 3, "tags": [70]}"#,
+            r#"{"name": "A", "age": 3, "address": {"city": "Bergen"}}"#,
+            r#"{"name": "A", "age": 3, "address": {}}"#,
+            r#"{"name": "A", "age": 3,}"#,
+        ] {
+            assert_eq!(read_as(&schema, text).filter(|&done| done), None, "{text}");
+        }
+        // Once every declared property is given, a closed object takes no comma.
+        let every = r#"{"name":"A","age":1,"tags":["cat"],"address":{"city":"Oslo"},"extra":1"#;
+        assert_eq!(read_as(&schema, every), Some(false));
+        assert_eq!(read_as(&schema, &format!("{every},")), None);
     }
 }

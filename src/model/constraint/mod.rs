@@ -1,12 +1,15 @@
-//! Constrained decoding: which tokens may come next so that the output keeps a shape.
-//! One shape so far, OpenAI's `json_object` mode: the text is a JSON object and ends
-//! when the object closes ([`json`]'s validator over each token's text).
+//! Constrained decoding: which tokens may come next so that the output keeps a shape —
+//! a JSON text matching a schema ([`Schema`]: any object for OpenAI's `json_object`
+//! mode, a compiled JSON Schema for `json_schema`), ending when the top-level value
+//! does ([`json`]'s validator over each token's text).
 
 mod json;
+mod schema;
 
 use std::sync::Arc;
 
 use json::JsonPrefix;
+pub use schema::{Schema, SchemaError};
 
 use super::tokenizer::Tokenizer;
 use super::ModelError;
@@ -47,33 +50,50 @@ impl TokenTexts {
     }
 }
 
-/// A generation held to OpenAI's `json_object` mode: its text so far is a prefix of a
-/// JSON object, and it ends when the object does.
-#[derive(Debug)]
-pub struct JsonObject {
+/// The shape a generation's output is held to: a JSON text matching `schema`, read
+/// through the vocabulary's token texts.
+#[derive(Clone, Debug)]
+pub struct JsonShape {
     texts: Arc<TokenTexts>,
+    schema: Arc<Schema>,
+}
+
+impl JsonShape {
+    /// Output matching `schema`, tokens read through `texts`.
+    pub fn new(texts: Arc<TokenTexts>, schema: Arc<Schema>) -> JsonShape {
+        JsonShape { texts, schema }
+    }
+}
+
+/// One generation held to a [`JsonShape`]: its text so far is a prefix of a matching
+/// JSON text, and it ends when the top-level value does.
+#[derive(Debug)]
+pub struct JsonConstraint {
+    shape: JsonShape,
     state: JsonPrefix,
     scratch: JsonPrefix,
 }
 
-impl JsonObject {
+impl JsonConstraint {
     /// A generation that has produced nothing yet.
-    pub fn new(texts: Arc<TokenTexts>) -> JsonObject {
-        JsonObject {
-            texts,
-            state: JsonPrefix::default(),
-            scratch: JsonPrefix::default(),
+    pub fn new(shape: JsonShape) -> JsonConstraint {
+        let state = JsonPrefix::new(&shape.schema);
+        JsonConstraint {
+            scratch: state.clone(),
+            state,
+            shape,
         }
     }
 
     /// Whether `id` may come next.
     pub fn allows(&mut self, id: u32) -> bool {
-        let text = self.texts.text(id);
+        let text = self.shape.texts.text(id);
         if text.is_empty() || self.state.complete() {
             return false;
         }
         self.scratch.copy_from(&self.state);
-        text.chars().all(|c| self.scratch.push(c))
+        let schema = &self.shape.schema;
+        text.chars().all(|c| self.scratch.push(schema, c))
     }
 
     /// `logits` with every token that may not come next set to -inf.
@@ -90,15 +110,15 @@ impl JsonObject {
     pub fn advance(&mut self, id: u32) -> Result<(), ModelError> {
         if !self.allows(id) {
             return Err(ModelError::internal(format!(
-                "token {id} ({:?}) breaks the JSON object",
-                self.texts.text(id)
+                "token {id} ({:?}) breaks the JSON output",
+                self.shape.texts.text(id)
             )));
         }
         std::mem::swap(&mut self.state, &mut self.scratch);
         Ok(())
     }
 
-    /// Whether the JSON object has closed.
+    /// Whether the top-level value is complete.
     pub fn complete(&self) -> bool {
         self.state.complete()
     }
