@@ -290,7 +290,7 @@ pub fn chat_template(data: &[u8]) {
 
 /// `data` as a request body, read as both endpoints read it: the JSON object, the
 /// refused and unknown fields, the sampling parameters, then a chat's `messages` and
-/// a completion's `prompt`; errors are rendered as the response body would be.
+/// a completion's prompts; errors are rendered as the response body would be.
 pub fn server_request(data: &[u8]) {
     let body = match api::parse_body(data) {
         Ok(body) => body,
@@ -307,7 +307,7 @@ pub fn server_request(data: &[u8]) {
     if let Err(e) = api::messages(&body) {
         let _ = e.body();
     }
-    if let Err(e) = api::prompt(&body) {
+    if let Err(e) = api::prompts(&body) {
         let _ = e.body();
     }
 }

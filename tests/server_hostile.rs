@@ -306,7 +306,7 @@ fn cases() -> Vec<Case> {
         ));
     }
     // prompt: a 1 MB text (tokenized, then too long), lists, wrong types, token ids
-    // that are negative, past the vocabulary or past u32, several prompts at once.
+    // that are negative, past the vocabulary or past u32, more prompts than allowed.
     let prose = "the quick brown fox jumps over the lazy dog ".repeat(22_000);
     let body = json!({"prompt": prose, "max_tokens": 1})
         .to_string()
@@ -321,7 +321,8 @@ fn cases() -> Vec<Case> {
         json!({"text": "hi"}),
         json!([1, -2, 3]),
         json!([1, 4_294_967_296u64]),
-        json!([[1], [2]]),
+        json!(vec!["a"; 17]),
+        json!([[1], []]),
         json!([1, 2_000_000_000]),
         json!(vec![7; 100_000]),
     ] {

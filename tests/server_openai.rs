@@ -702,3 +702,64 @@ fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
         "{echoed:?}"
     );
 }
+
+#[test]
+fn several_prompts_are_answered_as_each_alone_numbered_on() {
+    let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "8"]);
+    let complete = |body: Value| {
+        let response = post(server.addr, "/v1/completions", &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()
+    };
+    let (first, second) = ("Once upon a time", vec![504u32, 3575, 282]);
+    let alone = |prompt: Value| {
+        complete(
+            json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "n": 2,
+                        "echo": true, "logprobs": 1}),
+        )
+    };
+    let one = alone(json!(first));
+    let two = alone(json!(second));
+    let both = complete(
+        json!({"prompt": [json!(first), json!(second)], "max_tokens": 6,
+                               "temperature": 0, "n": 2, "echo": true, "logprobs": 1}),
+    );
+    let choices = both["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4);
+    let expected = [
+        &one["choices"][0],
+        &one["choices"][1],
+        &two["choices"][0],
+        &two["choices"][1],
+    ];
+    for (i, (got, want)) in choices.iter().zip(expected).enumerate() {
+        assert_eq!(got["index"], i);
+        assert_eq!(got["text"], want["text"], "choice {i}");
+        assert_eq!(got["logprobs"], want["logprobs"], "choice {i}");
+    }
+    let usage = |reply: &Value, key: &str| reply["usage"][key].as_u64().unwrap();
+    assert_eq!(
+        usage(&both, "prompt_tokens"),
+        usage(&one, "prompt_tokens") + usage(&two, "prompt_tokens")
+    );
+    assert_eq!(
+        usage(&both, "completion_tokens"),
+        usage(&one, "completion_tokens") + usage(&two, "completion_tokens")
+    );
+
+    // Streaming several prompts, or too many choices in all, is refused by name.
+    let refused = |body: Value, code: &str| {
+        let response = post(server.addr, "/v1/completions", &body);
+        assert_eq!(response.status, 400, "{}", response.text());
+        let error = &response.json()["error"];
+        assert_eq!(
+            (error["code"].as_str(), error["param"].as_str()),
+            (Some(code), Some("prompt"))
+        );
+    };
+    refused(
+        json!({"prompt": ["a", "b"], "stream": true}),
+        "unsupported_parameter",
+    );
+    refused(json!({"prompt": vec!["a"; 8], "n": 16}), "invalid_value");
+}

@@ -28,6 +28,9 @@ pub(crate) const MAX_MESSAGES: usize = 4096;
 /// Most choices (`n`) one request may ask for.
 pub(crate) const MAX_CHOICES: usize = 16;
 
+/// Most prompts one completion request may list (each a job of `n` choices).
+pub(crate) const MAX_PROMPTS: usize = 16;
+
 /// Most alternatives a chat request's `top_logprobs` may ask for (OpenAI's limit).
 const MAX_TOP_LOGPROBS: i64 = 20;
 
@@ -465,20 +468,35 @@ fn text_parts(param: &str, parts: &[Value]) -> Result<String, ApiError> {
     Ok(text)
 }
 
-/// The `prompt` of a completion request: a string, or a list of exactly one string.
-pub(crate) fn prompt(body: &Body) -> Result<Prompt, ApiError> {
-    let one = "prompt must be a string, token ids, or a list of exactly one of those.";
-    match body.get("prompt") {
-        None | Some(Value::Null) => Err(ApiError::missing("prompt")),
-        Some(Value::String(text)) => Ok(Prompt::Text(text.clone())),
-        Some(Value::Array(list)) => match list.as_slice() {
-            [Value::String(text)] => Ok(Prompt::Text(text.clone())),
-            [Value::Array(ids)] => token_ids(ids),
-            [Value::Number(_), ..] => token_ids(list),
-            _ => Err(ApiError::bad_value("prompt", one)),
-        },
-        Some(_) => Err(ApiError::wrong_type("prompt", "a string")),
+/// The prompts of a completion request: a string or token ids (one prompt), or a list
+/// of strings or of token-id lists (up to [`MAX_PROMPTS`]).
+pub(crate) fn prompts(body: &Body) -> Result<Vec<Prompt>, ApiError> {
+    let forms = "prompt must be a string, token ids, or a list of strings or of token-id lists.";
+    let list = match body.get("prompt") {
+        None | Some(Value::Null) => return Err(ApiError::missing("prompt")),
+        Some(Value::String(text)) => return Ok(vec![Prompt::Text(text.clone())]),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(ApiError::wrong_type("prompt", "a string")),
+    };
+    if let [Value::Number(_), ..] = list.as_slice() {
+        return Ok(vec![token_ids(list)?]);
     }
+    if list.is_empty() || list.len() > MAX_PROMPTS {
+        return Err(ApiError::bad_value(
+            "prompt",
+            format!(
+                "prompt must list 1 to {MAX_PROMPTS} prompts, got {}.",
+                list.len()
+            ),
+        ));
+    }
+    list.iter()
+        .map(|item| match item {
+            Value::String(text) => Ok(Prompt::Text(text.clone())),
+            Value::Array(ids) => token_ids(ids),
+            _ => Err(ApiError::bad_value("prompt", forms)),
+        })
+        .collect()
 }
 
 /// A completion's prompt: text to tokenize, or token ids to use as they are (what
@@ -800,21 +818,34 @@ mod tests {
         assert_eq!(many(MAX_MESSAGES + 1).unwrap_err().code, "invalid_value");
         let bad_role = err(r#"{"messages": [{"role": "wizard", "content": "x"}]}"#);
         assert_eq!(bad_role.param.as_deref(), Some("messages[0].role"));
+        let prompts = |text: &str| super::prompts(&body(text));
+        let text = |t: &str| Prompt::Text(t.into());
+        assert_eq!(prompts(r#"{"prompt": ["x"]}"#).unwrap(), [text("x")]);
         assert_eq!(
-            prompt(&body(r#"{"prompt": ["x"]}"#)).unwrap(),
-            Prompt::Text("x".into())
+            prompts(r#"{"prompt": ["x", "y"]}"#).unwrap(),
+            [text("x"), text("y")]
         );
         let ids = Prompt::Ids(vec![5, 0, 7]);
-        assert_eq!(prompt(&body(r#"{"prompt": [5, 0, 7]}"#)).unwrap(), ids);
-        assert_eq!(prompt(&body(r#"{"prompt": [[5, 0, 7]]}"#)).unwrap(), ids);
+        assert_eq!(
+            prompts(r#"{"prompt": [5, 0, 7]}"#).unwrap(),
+            std::slice::from_ref(&ids)
+        );
+        assert_eq!(
+            prompts(r#"{"prompt": [[5, 0, 7]]}"#).unwrap(),
+            std::slice::from_ref(&ids)
+        );
+        let two = prompts(r#"{"prompt": [[5, 0, 7], [1]]}"#).unwrap();
+        assert_eq!(two, [ids, Prompt::Ids(vec![1])]);
+        let many = serde_json::json!(vec!["x"; MAX_PROMPTS + 1]).to_string();
         for bad in [
             r#"[1, -2]"#,
             r#"[1, "x"]"#,
             r#"[[]]"#,
-            r#"["a", "b"]"#,
-            r#"[[1], [2]]"#,
+            r#"[]"#,
+            r#"["a", 3]"#,
+            many.as_str(),
         ] {
-            let e = prompt(&body(&format!(r#"{{"prompt": {bad}}}"#))).unwrap_err();
+            let e = prompts(&format!(r#"{{"prompt": {bad}}}"#)).unwrap_err();
             assert_eq!(
                 (e.code, e.param.as_deref()),
                 ("invalid_value", Some("prompt")),
@@ -822,7 +853,7 @@ mod tests {
             );
         }
         assert_eq!(
-            prompt(&body(r#"{"prompt": 1}"#)).unwrap_err().code,
+            prompts(r#"{"prompt": 1}"#).unwrap_err().code,
             "invalid_type"
         );
         assert_eq!(parse_body(b"{").unwrap_err().code, "invalid_json");

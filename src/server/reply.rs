@@ -26,6 +26,14 @@ pub(crate) struct Echo {
     pub ids: Vec<u32>,
 }
 
+/// One prompt's finished choices, with what its `echo` puts before each.
+pub(crate) struct Part {
+    /// Its choices, in index order.
+    pub outcomes: Vec<Outcome>,
+    /// The prompt and its scored tokens after the first, when echoed.
+    pub echo: Option<(Echo, Vec<TokenLogprobs>)>,
+}
+
 /// Which endpoint a reply belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -100,19 +108,16 @@ impl Reply {
         }
     }
 
-    /// The body of a non-streamed reply: one choice per outcome, in index order; with
-    /// `echo` (the prompt, and its scored tokens after the first), each completion's
-    /// text and log-probabilities start with the prompt's.
-    pub fn full(
-        &self,
-        outcomes: &[Outcome],
-        tokenizer: &Tokenizer,
-        echo: Option<&(Echo, Vec<TokenLogprobs>)>,
-    ) -> Value {
-        let choices: Vec<Value> = outcomes
+    /// The body of a non-streamed reply: each part's choices in order, numbered on
+    /// across parts (prompt `p`'s choice `j` is index `p·n + j`, as OpenAI numbers
+    /// them); with `echo`, each completion's text and log-probabilities start with its
+    /// prompt's. Usage counts every prompt once.
+    pub fn full(&self, parts: &[Part], tokenizer: &Tokenizer) -> Value {
+        let choices: Vec<Value> = parts
             .iter()
+            .flat_map(|part| part.outcomes.iter().map(move |o| (o, part.echo.as_ref())))
             .enumerate()
-            .map(|(index, outcome)| {
+            .map(|(index, (outcome, echo))| {
                 let reason = finish_reason(outcome.finish_reason);
                 let logprobs = match (echo, self.logprobs) {
                     (Some((echo, scored)), true) => {
@@ -141,8 +146,16 @@ impl Reply {
             })
             .collect();
         let mut body = self.object(Value::Array(choices));
-        let prompt_tokens = outcomes.first().map_or(0, |o| o.prompt_tokens);
-        let completion_tokens = outcomes.iter().map(|o| o.completion_tokens).sum();
+        let prompt_tokens = parts
+            .iter()
+            .filter_map(|p| p.outcomes.first())
+            .map(|o| o.prompt_tokens)
+            .sum();
+        let completion_tokens = parts
+            .iter()
+            .flat_map(|p| &p.outcomes)
+            .map(|o| o.completion_tokens)
+            .sum();
         body["usage"] = usage(prompt_tokens, completion_tokens);
         if self.kind == Kind::Chat {
             body["object"] = "chat.completion".into();

@@ -30,6 +30,8 @@ const REPEAT_LAST_N: usize = 64;
 /// Bytes of an oversized body read (and dropped) before answering 413, so that the
 /// client reads the answer instead of a reset connection.
 const DRAIN_LIMIT: usize = 64 << 20;
+/// Most choices one request makes across its prompts (each prompt's `n`).
+const MAX_REQUEST_CHOICES: usize = 64;
 /// `max_tokens` of a completion request that does not say (OpenAI's default).
 const DEFAULT_COMPLETION_TOKENS: usize = 16;
 /// The endpoints, as `/metrics` labels them; anything else is `other`.
@@ -181,30 +183,31 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             return Err(ApiError::unknown_model(asked, &app.model_id));
         }
     }
-    let input = match kind {
-        Kind::Chat => Input::Messages(api::messages(&body)?),
-        Kind::Text => Input::Prompt(api::prompt(&body)?),
+    let inputs: Vec<Input> = match kind {
+        Kind::Chat => vec![Input::Messages(api::messages(&body)?)],
+        Kind::Text => api::prompts(&body)?
+            .into_iter()
+            .map(Input::Prompt)
+            .collect(),
     };
-    // What `echo` repeats: the prompt's own text, or its ids' decoding.
-    let echo_text = match (&input, params.echo) {
-        (Input::Prompt(api::Prompt::Text(text)), true) => Some(text.clone()),
-        _ => None,
-    };
-    let model = app.model.clone();
-    let prompt = tokio::task::spawn_blocking(move || tokenize(&model, input))
-        .await
-        .map_err(|e| {
-            ApiError::server(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                format!("tokenizing failed: {e}"),
-            )
-        })??;
-    let default_max = match kind {
-        Kind::Chat => app.context.saturating_sub(prompt.len()),
-        Kind::Text => DEFAULT_COMPLETION_TOKENS,
-    };
-    let max_tokens = check_lengths(&app, kind, prompt.len(), &params, default_max)?;
+    if inputs.len() > 1 && params.stream {
+        return Err(ApiError::invalid(
+            "unsupported_parameter",
+            Some("prompt"),
+            "Unsupported parameter: several prompts with 'stream' are not supported by this server yet.",
+        ));
+    }
+    if inputs.len() * params.n > MAX_REQUEST_CHOICES {
+        return Err(ApiError::bad_value(
+            "prompt",
+            format!(
+                "{} prompts of n = {} make {} choices; a request may make at most {MAX_REQUEST_CHOICES}.",
+                inputs.len(),
+                params.n,
+                inputs.len() * params.n
+            ),
+        ));
+    }
     let vocab = app.model.config.vocab_size;
     if let Some(&(id, _)) = params
         .logit_bias
@@ -226,66 +229,20 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             Some(JsonShape::new(token_texts(&app).await?, schema.clone()))
         }
     };
-    let (sender, events) = tokio::sync::mpsc::unbounded_channel();
-    let cancel = Arc::new(AtomicBool::new(false));
-    // top_p = 0 keeps only the most likely token: greedy.
-    let (temperature, top_p) = if params.top_p == 0.0 {
-        (0.0, 1.0)
-    } else {
-        (params.temperature, params.top_p)
-    };
-    // Choice i draws with seed + i, so that sampled choices differ.
-    let seed = params.seed.unwrap_or_else(rand::random);
-    let samplers = (0..params.n as u64)
-        .map(|i| SamplerConfig {
-            temperature,
-            top_k: params.top_k,
-            top_p,
-            min_p: params.min_p,
-            repetition_penalty: params.repetition_penalty,
-            // llama.cpp's window for the penalty.
-            repeat_last_n: REPEAT_LAST_N,
-            frequency_penalty: params.frequency_penalty,
-            presence_penalty: params.presence_penalty,
-            logit_bias: params.logit_bias.clone(),
-            seed: seed.wrapping_add(i),
-        })
-        .collect();
-    let job = Job {
-        prompt: prompt.clone(),
-        options: GenerateOptions {
-            max_tokens,
-            stop_strings: params.stop.clone(),
-            stop_ids: match params.ignore_eos {
-                true => Vec::new(),
-                false => app.model.stop_ids.clone(),
-            },
-            logprobs: params.logprobs,
-            json,
-            ..GenerateOptions::default()
-        },
-        samplers,
-        events: sender,
-        cancel: cancel.clone(),
-        submitted: Instant::now(),
-        prompt_logprobs: params.logprobs.filter(|_| params.echo),
-    };
-    let echo = match params.echo {
-        true => Some(reply::Echo {
-            text: match echo_text {
-                Some(text) => text,
-                None => app.model.tokenizer.decode(&prompt, false).map_err(|e| {
-                    ApiError::bad_value("prompt", format!("The prompt does not decode: {e}"))
-                })?,
-            },
-            ids: prompt,
-        }),
-        false => None,
-    };
-    match app.engine.submit(job) {
-        Ok(()) => {}
-        Err(SubmitError::Full) => return Err(ApiError::queue_full(app.max_queue)),
-        Err(SubmitError::Stopped) => return Err(ApiError::shutting_down()),
+    let samplers = samplers(&params);
+    let mut prepared = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        prepared.push(prepare(&app, kind, &params, input, &json, &samplers).await?);
+    }
+    // Every prompt's job is queued, or none runs: a refusal cancels those before it.
+    let mut running = Vec::with_capacity(prepared.len());
+    for (job, echo) in prepared {
+        let (events, cancel) = (job.1, CancelOnDrop(job.0.cancel.clone()));
+        match app.engine.submit(job.0) {
+            Ok(()) => running.push((events, cancel, echo)),
+            Err(SubmitError::Full) => return Err(ApiError::queue_full(app.max_queue)),
+            Err(SubmitError::Stopped) => return Err(ApiError::shutting_down()),
+        }
     }
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let reply = Reply {
@@ -299,17 +256,117 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         choices: params.n,
         logprobs: params.logprobs.is_some(),
     };
-    let cancel = CancelOnDrop(cancel);
     if params.stream {
+        let (events, cancel, _) = running
+            .pop()
+            .ok_or_else(|| ApiError::internal("a request with no prompt"))?;
         let model = app.model.clone();
         let include_usage = params.include_usage;
         return Ok(reply::stream(reply, model, events, include_usage, cancel).into_response());
     }
-    let (outcomes, scored) = wait(events, params.n).await?;
-    drop(cancel);
-    let echo = echo.map(|e| (e, scored.unwrap_or_default()));
-    let body = reply.full(&outcomes, &app.model.tokenizer, echo.as_ref());
+    let mut parts = Vec::with_capacity(running.len());
+    for (events, _cancel, echo) in &mut running {
+        let (outcomes, scored) = wait(events, params.n).await?;
+        let echo = echo.take().map(|e| (e, scored.unwrap_or_default()));
+        parts.push(reply::Part { outcomes, echo });
+    }
+    drop(running);
+    let body = reply.full(&parts, &app.model.tokenizer);
     Ok(Json(body).into_response())
+}
+
+/// A job with its event receiver.
+type Queued = (Job, tokio::sync::mpsc::UnboundedReceiver<Event>);
+
+/// One sampler per choice: choice `i` draws with `seed + i`, so that sampled choices
+/// differ (every prompt of a request alike, so each gets what it would alone).
+fn samplers(params: &Params) -> Vec<SamplerConfig> {
+    // top_p = 0 keeps only the most likely token: greedy.
+    let (temperature, top_p) = if params.top_p == 0.0 {
+        (0.0, 1.0)
+    } else {
+        (params.temperature, params.top_p)
+    };
+    let seed = params.seed.unwrap_or_else(rand::random);
+    (0..params.n as u64)
+        .map(|i| SamplerConfig {
+            temperature,
+            top_k: params.top_k,
+            top_p,
+            min_p: params.min_p,
+            repetition_penalty: params.repetition_penalty,
+            // llama.cpp's window for the penalty.
+            repeat_last_n: REPEAT_LAST_N,
+            frequency_penalty: params.frequency_penalty,
+            presence_penalty: params.presence_penalty,
+            logit_bias: params.logit_bias.clone(),
+            seed: seed.wrapping_add(i),
+        })
+        .collect()
+}
+
+/// One prompt's job (tokenized, its length checked) and what its `echo` repeats.
+async fn prepare(
+    app: &Arc<App>,
+    kind: Kind,
+    params: &Params,
+    input: Input,
+    json: &Option<JsonShape>,
+    samplers: &[SamplerConfig],
+) -> Result<(Queued, Option<reply::Echo>), ApiError> {
+    // What `echo` repeats: the prompt's own text, or its ids' decoding.
+    let echo_text = match (&input, params.echo) {
+        (Input::Prompt(api::Prompt::Text(text)), true) => Some(text.clone()),
+        _ => None,
+    };
+    let model = app.model.clone();
+    let prompt = tokio::task::spawn_blocking(move || tokenize(&model, input))
+        .await
+        .map_err(|e| {
+            ApiError::server(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                format!("tokenizing failed: {e}"),
+            )
+        })??;
+    let default_max = match kind {
+        Kind::Chat => app.context.saturating_sub(prompt.len()),
+        Kind::Text => DEFAULT_COMPLETION_TOKENS,
+    };
+    let max_tokens = check_lengths(app, kind, prompt.len(), params, default_max)?;
+    let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+    let echo = match params.echo {
+        true => Some(reply::Echo {
+            text: match echo_text {
+                Some(text) => text,
+                None => app.model.tokenizer.decode(&prompt, false).map_err(|e| {
+                    ApiError::bad_value("prompt", format!("The prompt does not decode: {e}"))
+                })?,
+            },
+            ids: prompt.clone(),
+        }),
+        false => None,
+    };
+    let job = Job {
+        prompt,
+        options: GenerateOptions {
+            max_tokens,
+            stop_strings: params.stop.clone(),
+            stop_ids: match params.ignore_eos {
+                true => Vec::new(),
+                false => app.model.stop_ids.clone(),
+            },
+            logprobs: params.logprobs,
+            json: json.clone(),
+            ..GenerateOptions::default()
+        },
+        samplers: samplers.to_vec(),
+        events: sender,
+        cancel: Arc::new(AtomicBool::new(false)),
+        submitted: Instant::now(),
+        prompt_logprobs: params.logprobs.filter(|_| params.echo),
+    };
+    Ok(((job, events), echo))
 }
 
 /// The model's token texts for JSON-object replies, decoded on first use (off the
@@ -337,7 +394,7 @@ async fn token_texts(app: &Arc<App>) -> Result<Arc<TokenTexts>, ApiError> {
 /// Waits for the end of a job's `n` choices, ignoring their streamed text; the first
 /// failed choice fails the job.
 async fn wait(
-    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
     n: usize,
 ) -> Result<(Vec<Outcome>, Option<Vec<TokenLogprobs>>), ApiError> {
     let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
