@@ -74,31 +74,20 @@ fn the_openai_python_client_chats_streams_and_completes() {
     println!("{stdout}");
 }
 
-/// `switchyard generate` of `prompt` on the CPU, greedy, `tokens` long, with every logit
-/// of every step: the JSON report.
-fn generate_every_logit(prompt: &str, chat: bool, tokens: usize) -> Value {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    command.args([
-        "generate",
-        "--backends",
-        "cpu",
-        "--ctx",
-        CTX,
-        "--temperature",
-        "0",
-    ]);
-    command.args([
-        "--json",
-        "--top-logits",
-        "1000000",
-        "-n",
-        &tokens.to_string(),
-    ]);
-    if chat {
-        command.arg("--chat");
-    }
-    let out = command
-        .arg(prompt)
+/// `switchyard generate --backends cpu --ctx CTX --temperature 0` with `args`, which
+/// must succeed: its standard output.
+fn generate_greedy(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "generate",
+            "--backends",
+            "cpu",
+            "--ctx",
+            CTX,
+            "--temperature",
+            "0",
+        ])
+        .args(args)
         .output()
         .expect("switchyard generate runs");
     assert!(
@@ -106,7 +95,25 @@ fn generate_every_logit(prompt: &str, chat: bool, tokens: usize) -> Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("a JSON report")
+    out.stdout
+}
+
+/// [`generate_greedy`]'s text, without the newline it ends with.
+fn generate_text(args: &[&str]) -> String {
+    let out = String::from_utf8(generate_greedy(args)).expect("UTF-8 text");
+    out.trim_end_matches('\n').to_string()
+}
+
+/// `switchyard generate` of `prompt` on the CPU, greedy, `tokens` long, with every logit
+/// of every step: the JSON report.
+fn generate_every_logit(prompt: &str, chat: bool, tokens: usize) -> Value {
+    let tokens = tokens.to_string();
+    let mut args = vec!["--json", "--top-logits", "1000000", "-n", &tokens];
+    if chat {
+        args.push("--chat");
+    }
+    args.push(prompt);
+    serde_json::from_slice(&generate_greedy(&args)).expect("a JSON report")
 }
 
 /// Per step of a `generate` report, `(id, log-softmax)` of every token, best first.
@@ -365,27 +372,11 @@ fn n_choices_are_the_requests_with_seeds_seed_plus_i() {
 /// `switchyard generate` of `prompt` (no template), greedy, `tokens` long, with `flags`:
 /// the generated ids and text.
 fn generate_ids(prompt: &str, tokens: usize, flags: &[&str]) -> (Vec<u64>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args([
-            "generate",
-            "--backends",
-            "cpu",
-            "--ctx",
-            CTX,
-            "--temperature",
-            "0",
-        ])
-        .args(["--json", "-n", &tokens.to_string()])
-        .args(flags)
-        .arg(prompt)
-        .output()
-        .expect("switchyard generate runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let tokens = tokens.to_string();
+    let mut args = vec!["--json", "-n", &tokens];
+    args.extend_from_slice(flags);
+    args.push(prompt);
+    let report: Value = serde_json::from_slice(&generate_greedy(&args)).expect("a JSON report");
     let ids = report["tokens"].as_array().expect("tokens").iter();
     let ids = ids.map(|id| id.as_u64().unwrap()).collect();
     (ids, report["text"].as_str().unwrap().to_string())
@@ -477,28 +468,8 @@ fn json_replies_parse_match_their_schema_and_generate() {
     assert_eq!(choice["finish_reason"], "stop", "{greedy}");
     let text = choice["message"]["content"].as_str().unwrap();
     object(text);
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args([
-            "generate",
-            "--backends",
-            "cpu",
-            "--ctx",
-            CTX,
-            "--temperature",
-            "0",
-        ])
-        .args(["--chat", "--json-object", "-n", "120", cat])
-        .output()
-        .expect("switchyard generate runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
-        text
-    );
+    let written = generate_text(&["--chat", "--json-object", "-n", "120", cat]);
+    assert_eq!(written, text);
     // A prompt answered in prose without the constraint opens an object with it.
     let joke = "Tell me a joke.";
     let plain = post(
@@ -587,29 +558,16 @@ fn json_replies_parse_match_their_schema_and_generate() {
     assert_eq!(shaped["choices"][0]["finish_reason"], "stop", "{shaped}");
     let text = shaped["choices"][0]["message"]["content"].as_str().unwrap();
     matches(text);
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args([
-            "generate",
-            "--backends",
-            "cpu",
-            "--ctx",
-            CTX,
-            "--temperature",
-            "0",
-        ])
-        .args(["--chat", "--json-schema", &schema.to_string(), "-n", "120"])
-        .arg("Describe a cat.")
-        .output()
-        .expect("switchyard generate runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
-        text
-    );
+    let schema_text = schema.to_string();
+    let flags = [
+        "--chat",
+        "--json-schema",
+        &schema_text,
+        "-n",
+        "120",
+        "Describe a cat.",
+    ];
+    assert_eq!(generate_text(&flags), text);
     let sampled = ask(
         "Describe a cat.",
         json!({"temperature": 1.0, "seed": 9, "n": 3, "response_format": format}),
@@ -650,32 +608,18 @@ fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
     // Teacher forcing the same tokens through `generate` gives each step's whole
     // distribution: the score of token i + 1 is its log-softmax at step i.
     let forced: Vec<String> = ids[1..].iter().map(u32::to_string).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args([
-            "generate",
-            "--backends",
-            "cpu",
-            "--ctx",
-            CTX,
-            "--temperature",
-            "0",
-        ])
-        .args([
-            "--json",
-            "--top-logits",
-            "1000000",
-            "-n",
-            &forced.len().to_string(),
-        ])
-        .args(["--force-tokens", &forced.join(","), &first])
-        .output()
-        .expect("switchyard generate runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let steps = log_softmax_steps(&serde_json::from_slice(&out.stdout).unwrap());
+    let (count, forced) = (forced.len().to_string(), forced.join(","));
+    let report = generate_greedy(&[
+        "--json",
+        "--top-logits",
+        "1000000",
+        "-n",
+        &count,
+        "--force-tokens",
+        &forced,
+        &first,
+    ]);
+    let steps = log_softmax_steps(&serde_json::from_slice(&report).unwrap());
     for (i, (&token, step)) in ids[1..].iter().zip(&steps).enumerate() {
         let expected = step.iter().find(|(id, _)| *id == token).unwrap().1;
         close(&scores[i + 1], expected, &format!("prompt token {}", i + 1));

@@ -56,7 +56,7 @@ pub(crate) struct App {
     pub model_id: String,
     /// The key `/v1` requests must present, if any.
     pub api_key: Option<super::ApiKey>,
-    /// Every token's text, for JSON-object replies: made on the first such request.
+    /// Every token's text, for JSON replies: made on the first such request.
     pub token_texts: std::sync::Mutex<Option<Arc<TokenTexts>>>,
     /// Positions one sequence holds.
     pub context: usize,
