@@ -262,6 +262,17 @@ fn logprobs_agree_with_generate_top_logits_for_the_same_prompt() {
 }
 
 /// The text of every choice of a whole reply, by index.
+/// POSTs `body` with `extra`'s fields added (replacing any of the same name) to `path`;
+/// the reply, which must be a 200.
+fn post_ok(addr: std::net::SocketAddr, path: &str, mut body: Value, extra: Value) -> Value {
+    body.as_object_mut()
+        .expect("a JSON object")
+        .extend(extra.as_object().expect("a JSON object").clone());
+    let response = post(addr, path, &body);
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.json()
+}
+
 fn choice_texts(reply: &Value) -> Vec<String> {
     let choices = reply["choices"].as_array().expect("choices");
     for (i, choice) in choices.iter().enumerate() {
@@ -284,15 +295,10 @@ fn n_choices_are_the_requests_with_seeds_seed_plus_i() {
     let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
     let chat = "/v1/chat/completions";
     let ask = |extra: Value| {
-        let mut body = json!({
+        let body = json!({
             "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 10,
         });
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let response = post(server.addr, chat, &body);
-        assert_eq!(response.status, 200, "{}", response.text());
-        response.json()
+        post_ok(server.addr, chat, body, extra)
     };
 
     // Greedy: three identical choices; usage counts the prompt once.
@@ -387,13 +393,8 @@ fn logit_bias_and_penalties_change_the_text_as_generate_flags_do() {
     let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
     let prompt = "Once upon a time, there was a little cat. The cat";
     let complete = |extra: Value| {
-        let mut body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let response = post(server.addr, "/v1/completions", &body);
-        assert_eq!(response.status, 200, "{}", response.text());
-        response.json()
+        let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0});
+        post_ok(server.addr, "/v1/completions", body, extra)
     };
     let text = |reply: &Value| reply["choices"][0]["text"].as_str().unwrap().to_string();
 
@@ -444,16 +445,11 @@ fn json_replies_parse_match_their_schema_and_generate() {
     let server = Server::start(&["--backends", "cpu", "--ctx", CTX, "--max-queue", "4"]);
     let chat = "/v1/chat/completions";
     let ask = |content: &str, extra: Value| {
-        let mut body = json!({
+        let body = json!({
             "messages": [{"role": "user", "content": content}], "max_tokens": 120,
             "response_format": {"type": "json_object"},
         });
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        let response = post(server.addr, chat, &body);
-        assert_eq!(response.status, 200, "{}", response.text());
-        response.json()
+        post_ok(server.addr, chat, body, extra)
     };
     let object = |text: &str| {
         let value: Value =
