@@ -29,8 +29,9 @@ impl TokenTexts {
     /// Decodes every id of `tokenizer` (a few hundredths of a second for 49 152 ids).
     pub fn new(tokenizer: &Tokenizer) -> Result<TokenTexts, ModelError> {
         let failed = |e| ModelError::internal(format!("decoding the vocabulary: {e}"));
+        // Bare ids (no BOS the model puts before plain text): "a" itself.
         let anchor = *tokenizer
-            .encode("a", false)
+            .encode_chat("a")
             .map_err(failed)?
             .first()
             .ok_or_else(|| ModelError::internal("the tokenizer has no token for \"a\""))?;
@@ -121,5 +122,31 @@ impl JsonConstraint {
     /// Whether the top-level value is complete.
     pub fn complete(&self) -> bool {
         self.state.complete()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+
+    /// The texts of the seed models' tokens: what each adds mid-text, specials none.
+    #[test]
+    fn token_texts_are_what_a_token_adds_mid_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let seeds = crate::harness::write_seed_ggufs(dir.path()).unwrap();
+        let spm = seeds
+            .iter()
+            .find(|p| p.ends_with("tiny_llama_spm.gguf"))
+            .unwrap();
+        let model = Model::open(spm).unwrap();
+        // This vocabulary's plain text starts with BOS, which must not be the anchor.
+        assert_eq!(model.tokenizer.specials().prefix, [1]);
+        let texts = TokenTexts::new(&model.tokenizer).unwrap();
+        // "▁H" keeps its space mid-text (a decoder drops it only at the start).
+        assert_eq!(texts.text(4), " H");
+        assert_eq!(texts.text(6), "e");
+        assert_eq!((texts.text(1), texts.text(2)), ("", ""));
+        assert_eq!(texts.text(u32::MAX), "");
     }
 }
