@@ -2,7 +2,8 @@
 //! CPU's `N`th partition run panic (in the prefill for N = 1, in decode later). The
 //! request in that step gets a 500, `/metrics` counts the panic, and the next requests
 //! (the same prompt, whose prefix the cache had taken, and another) get exactly what a
-//! fresh server gives them.
+//! fresh server gives them; a panic while an echoed prompt is scored fails that request
+//! alone.
 
 mod server_support;
 
@@ -55,4 +56,25 @@ fn a_panicking_step_fails_its_request_and_the_next_ones_match_a_fresh_server() {
         let log = server.log.lock().unwrap().clone();
         assert!(log.contains("panicked"), "{fault}: {log}");
     }
+}
+
+#[test]
+fn a_panic_while_scoring_an_echoed_prompt_fails_that_request_alone() {
+    let args = ["--backends", "cpu", "--ctx", "512"];
+    let body = serde_json::json!({"prompt": "The capital of France is", "max_tokens": 3,
+                                  "echo": true, "logprobs": 1, "temperature": 0});
+    let fresh = Server::start(&args);
+    let expected = post(fresh.addr, "/v1/completions", &body).json();
+    drop(fresh);
+    // The first partition run is the prompt's scoring pass.
+    let server = Server::start_with_env(&args, &[("SWITCHYARD_FAULT", "cpu:panic:1")]);
+    let failed = post(server.addr, "/v1/completions", &body);
+    assert_eq!(failed.status, 500, "{}", failed.text());
+    assert!(failed.text().contains("panicked"), "{}", failed.text());
+    let again = post(server.addr, "/v1/completions", &body);
+    assert_eq!(again.status, 200, "{}", again.text());
+    let again = again.json();
+    assert_eq!(again["choices"], expected["choices"]);
+    let metrics = get(server.addr, "/metrics").text();
+    assert_eq!(metric(&metrics, "switchyard_step_panics_total"), Some(1.0));
 }

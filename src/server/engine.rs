@@ -274,17 +274,33 @@ impl Engine {
         }
         if let (0, Some(k)) = (index, job.prompt_logprobs) {
             // Scored once per job, when its first choice joins: one pass over the prompt
-            // between two steps, on a sequence of its own.
-            match crate::model::prompt_logprobs(&mut self.runner, &job.prompt, k) {
-                Ok(logprobs) => {
+            // between two steps, on a sequence of its own. A panic fails this job alone
+            // and resets the runner's compiled steps, as a step's does.
+            let runner = &mut self.runner;
+            let scored = catch_unwind(AssertUnwindSafe(|| {
+                crate::model::prompt_logprobs(runner, &job.prompt, k)
+            }));
+            let failed = match scored {
+                Ok(Ok(logprobs)) => {
                     let _ = job.events.send(Event::Prompt { logprobs });
+                    None
                 }
-                Err(e) => {
-                    job.cancel.store(true, Ordering::SeqCst);
-                    let result = Err(EngineError::Model(Box::new(e)));
-                    let _ = job.events.send(Event::Done { index, result });
-                    return true;
+                Ok(Err(e)) => Some(EngineError::Model(Box::new(e))),
+                Err(panic) => {
+                    let what = panic_message(&*panic);
+                    log::error!("scoring a prompt panicked: {what}; resetting the runner");
+                    self.runner.reset();
+                    self.metrics.recovered();
+                    Some(EngineError::Panicked(what))
                 }
+            };
+            if let Some(error) = failed {
+                job.cancel.store(true, Ordering::SeqCst);
+                let _ = job.events.send(Event::Done {
+                    index,
+                    result: Err(error),
+                });
+                return true;
             }
         }
         let id = self.next_id;
@@ -353,11 +369,7 @@ impl Engine {
                 );
             }
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let what = panic_message(&*panic);
                 log::error!(
                     "a generation step panicked: {what}; failing its generations and \
                      resetting the runner's compiled steps and the prefix cache"
@@ -427,6 +439,15 @@ impl Engine {
                 .collect(),
         );
     }
+}
+
+/// What a caught panic says, as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Passes a scheduler event to its choice's job: text while the client listens (`false`
