@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's C++ tools (llama-bench, llama-quantize, llama-server) once and prints
-# the folder that holds them: the speed, quantization and serving anchors our benchmark
-# scripts compare against.
+# Builds llama.cpp's C++ tools (llama-bench, llama-quantize, llama-server,
+# llama-perplexity) once and prints the folder that holds them: the speed, quantization,
+# serving and perplexity anchors our benchmark scripts compare against.
 #
 # The sources are the llama.cpp copy inside the llama-cpp-python 0.3.36 source
 # distribution (fetched with `python3 -m pip download`), built with CMake + Ninja from a
@@ -10,11 +10,11 @@
 #
 # Usage: scripts/llamacpp-tools.sh [DIR]   (default: $SWITCHYARD_HOME/llamacpp-tools,
 #        SWITCHYARD_HOME defaulting to ~/.cache/switchyard). Set LLAMACPP_TOOLS to a folder
-#        that already holds the three binaries to use those instead.
+#        that already holds the four binaries to use those instead.
 set -euo pipefail
 
 if [ -n "${LLAMACPP_TOOLS:-}" ]; then
-  for t in llama-bench llama-quantize llama-server; do
+  for t in llama-bench llama-quantize llama-server llama-perplexity; do
     [ -x "$LLAMACPP_TOOLS/$t" ] || { echo "error: LLAMACPP_TOOLS=$LLAMACPP_TOOLS has no $t" >&2; exit 1; }
   done
   echo "$LLAMACPP_TOOLS"; exit 0
@@ -37,7 +37,7 @@ if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${LLAMACPP_AMX:-0}" != 1 ];
   flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-server" ] \
-  && [ "$(cat "$bin/cflags" 2>/dev/null)" = "$flags" ]; then
+  && [ -x "$bin/llama-perplexity" ] && [ "$(cat "$bin/cflags" 2>/dev/null)" = "$flags" ]; then
   echo "$bin"; exit 0
 fi
 
@@ -57,8 +57,10 @@ export PATH="$dir/venv/bin:$PATH"
 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-quantize llama-server >&2
+cmake --build "$src/build" -j "$(nproc)" \
+  --target llama-bench llama-quantize llama-server llama-perplexity >&2
 mkdir -p "$bin"
-cp "$src/build/bin/llama-bench" "$src/build/bin/llama-quantize" "$src/build/bin/llama-server" "$bin/"
+cp "$src/build/bin/llama-bench" "$src/build/bin/llama-quantize" "$src/build/bin/llama-server" \
+  "$src/build/bin/llama-perplexity" "$bin/"
 printf '%s' "$flags" > "$bin/cflags"
 echo "$bin"
