@@ -198,7 +198,7 @@ pub struct Decoding<'t> {
     /// Entries of `logprobs` already handed out with text.
     delivered: usize,
     text: TextStream<'t>,
-    /// The JSON object the output is held to, if any.
+    /// The JSON shape the output is held to, if any.
     json: Option<JsonConstraint>,
     finish_reason: Option<FinishReason>,
     started: Instant,
@@ -284,8 +284,9 @@ impl<'t> Decoding<'t> {
                 match &mut self.json {
                     None => token,
                     // Drawn from what the constraint allows: the first draw when it is
-                    // allowed, else a draw from the logits with the rest masked (the
-                    // same distribution as masking first, without masking every step).
+                    // allowed, else a draw from the logits with the rest masked (without
+                    // a top-k, top-p or min-p cut, exactly the masked distribution; with
+                    // one, llama.cpp's grammar sampler's rule), masking only on refusal.
                     Some(json) => {
                         let token = match json.allows(token) {
                             true => token,
