@@ -237,7 +237,6 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         ),
         (chat, json!({"modalities": ["text", "audio"]}), "modalities"),
         (chat, json!({"reasoning_effort": "low"}), "reasoning_effort"),
-        (completions, json!({"echo": true, "stream": true}), "echo"),
         (completions, json!({"suffix": "end"}), "suffix"),
         (completions, json!({"best_of": 3}), "best_of"),
     ];

@@ -641,6 +641,41 @@ fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
         echoed.starts_with(text) && echoed.len() > text.len(),
         "{echoed:?}"
     );
+
+    // Streamed, with and without scores: the chunks add up to the whole reply, the
+    // prompt's text (and scores) first.
+    for logprobs in [json!(2), Value::Null] {
+        let body = json!({"prompt": text, "max_tokens": 5, "echo": true, "temperature": 0,
+                          "logprobs": logprobs});
+        let whole = post(server.addr, "/v1/completions", &body).json();
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let streamed = post(server.addr, "/v1/completions", &streamed);
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        let chunks = chunks(&streamed.text());
+        let first = &chunks[0]["choices"][0];
+        assert_eq!(first["text"], text, "{first}");
+        let mut joined = String::new();
+        let mut arrays: serde_json::Map<String, Value> = serde_json::Map::new();
+        for chunk in &chunks {
+            for choice in chunk["choices"].as_array().unwrap() {
+                joined.push_str(choice["text"].as_str().unwrap_or(""));
+                if let Some(part) = choice["logprobs"].as_object() {
+                    for (key, values) in part {
+                        let list = arrays.entry(key.clone()).or_insert_with(|| json!([]));
+                        let list = list.as_array_mut().unwrap();
+                        list.extend(values.as_array().unwrap().iter().cloned());
+                    }
+                }
+            }
+        }
+        let choice = &whole["choices"][0];
+        assert_eq!(joined, choice["text"].as_str().unwrap());
+        match choice["logprobs"].as_object() {
+            Some(expected) => assert_eq!(&arrays, expected),
+            None => assert!(arrays.is_empty(), "{arrays:?}"),
+        }
+    }
 }
 
 #[test]

@@ -145,13 +145,6 @@ impl Params {
         };
         let echo = opt_bool(body, "echo")?.unwrap_or(false);
         let stream = opt_bool(body, "stream")?.unwrap_or(false);
-        if echo && stream {
-            return Err(ApiError::invalid(
-                "unsupported_parameter",
-                Some("echo"),
-                "Unsupported parameter: 'echo' with 'stream' is not supported by this server yet.",
-            ));
-        }
         let max_tokens = match max_tokens {
             // With `echo`, 0 scores the prompt and generates nothing, as OpenAI allows.
             Some(0) if echo => Some(0),
@@ -719,18 +712,14 @@ mod tests {
     }
 
     #[test]
-    fn echo_takes_max_tokens_0_and_not_stream() {
+    fn echo_takes_max_tokens_0_and_stream() {
         let text = |t: &str| Params::parse(&body(t), Kind::Text);
         let p = text(r#"{"echo": true, "max_tokens": 0, "logprobs": 1}"#).unwrap();
         assert!(p.echo && p.max_tokens == Some(0));
         let zero = text(r#"{"max_tokens": 0}"#).unwrap_err();
         assert_eq!(zero.param.as_deref(), Some("max_tokens"));
-        let streamed = text(r#"{"echo": true, "stream": true}"#).unwrap_err();
-        assert_eq!(
-            (streamed.code, streamed.param.as_deref()),
-            ("unsupported_parameter", Some("echo"))
-        );
-        assert!(!text(r#"{"echo": false, "stream": true}"#).unwrap().echo);
+        let streamed = text(r#"{"echo": true, "stream": true}"#).unwrap();
+        assert!(streamed.echo && streamed.stream);
     }
 
     #[test]

@@ -80,15 +80,40 @@ pub(crate) fn legacy_echo(
     scored: &[TokenLogprobs],
     generated: &[TokenLogprobs],
 ) -> Value {
-    let mut arrays = Legacy::default();
     let mut offset = 0;
-    if let Some(&first) = prompt.first() {
-        arrays.push_unscored(tokenizer, first, &mut offset);
-    }
-    for t in scored.iter().chain(generated) {
+    let mut arrays = echoed(tokenizer, prompt, scored, &mut offset);
+    for t in generated {
         arrays.push(tokenizer, t, &mut offset);
     }
     arrays.into_value()
+}
+
+/// [`legacy_echo`]'s prompt part alone (a stream's first chunk); `offset` ends past it,
+/// where the generated tokens' offsets start.
+pub(crate) fn legacy_echo_prompt(
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    scored: &[TokenLogprobs],
+    offset: &mut usize,
+) -> Value {
+    echoed(tokenizer, prompt, scored, offset).into_value()
+}
+
+/// The legacy arrays of an echoed prompt, from character `offset`.
+fn echoed(
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    scored: &[TokenLogprobs],
+    offset: &mut usize,
+) -> Legacy {
+    let mut arrays = Legacy::default();
+    if let Some(&first) = prompt.first() {
+        arrays.push_unscored(tokenizer, first, offset);
+    }
+    for t in scored {
+        arrays.push(tokenizer, t, offset);
+    }
+    arrays
 }
 
 /// The four parallel arrays of a legacy `logprobs` object, built token by token.

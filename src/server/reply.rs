@@ -216,6 +216,9 @@ struct Streaming {
     left: usize,
     /// Prompt tokens, and the completion tokens of the ended choices.
     usage: (usize, usize),
+    /// The prompt each choice starts with when echoed and scored: sent when its scores
+    /// come (an echo without scores is sent at once).
+    echo: Option<Echo>,
     done: bool,
     _cancel: CancelOnDrop,
 }
@@ -225,8 +228,22 @@ impl Streaming {
     /// adds `[DONE]`.
     fn push(&mut self, event: Option<Event>) {
         let end = match event {
-            // Only non-streamed replies echo their prompt.
-            Some(Event::Prompt { .. }) => return,
+            Some(Event::Prompt { logprobs }) => {
+                let Some(echo) = self.echo.take() else {
+                    return;
+                };
+                let tokenizer = &self.model.tokenizer;
+                let mut end = 0;
+                let scored =
+                    logprobs::legacy_echo_prompt(tokenizer, &echo.ids, &logprobs, &mut end);
+                for (index, offset) in self.offsets.iter_mut().enumerate() {
+                    *offset = end;
+                    let delta = json!({ "content": echo.text });
+                    let chunk = self.reply.chunk(index, delta, scored.clone(), None);
+                    self.pending.push_back(chunk);
+                }
+                return;
+            }
             Some(Event::Text {
                 index,
                 text,
@@ -281,6 +298,7 @@ pub(crate) fn stream(
     model: Arc<Model>,
     events: UnboundedReceiver<Event>,
     include_usage: bool,
+    echo: Option<Echo>,
     cancel: CancelOnDrop,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut pending = VecDeque::new();
@@ -290,7 +308,19 @@ pub(crate) fn stream(
             pending.push_back(reply.chunk(index, delta, Value::Null, None));
         }
     }
+    // Without scores the echo goes first; with them it waits for `Event::Prompt`.
+    let echo = match echo {
+        Some(echo) if !reply.logprobs => {
+            for index in 0..reply.choices {
+                let delta = json!({ "content": echo.text });
+                pending.push_back(reply.chunk(index, delta, Value::Null, None));
+            }
+            None
+        }
+        echo => echo,
+    };
     let state = Streaming {
+        echo,
         offsets: vec![0; reply.choices],
         left: reply.choices,
         reply,

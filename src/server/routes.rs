@@ -257,12 +257,13 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         logprobs: params.logprobs.is_some(),
     };
     if params.stream {
-        let (events, cancel, _) = running
+        let (events, cancel, echo) = running
             .pop()
             .ok_or_else(|| ApiError::internal("a request with no prompt"))?;
         let model = app.model.clone();
         let include_usage = params.include_usage;
-        return Ok(reply::stream(reply, model, events, include_usage, cancel).into_response());
+        let sse = reply::stream(reply, model, events, include_usage, echo, cancel);
+        return Ok(sse.into_response());
     }
     let mut parts = Vec::with_capacity(running.len());
     for (events, _cancel, echo) in &mut running {
