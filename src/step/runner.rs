@@ -306,39 +306,16 @@ impl Runner {
         chunk: &[u32],
         logits: bool,
     ) -> Result<Vec<f32>, StepError> {
-        let (phase, bucket) = if chunk.len() == 1 {
-            (Phase::Decode, 1)
-        } else {
-            (
-                Phase::Prefill,
-                chunk.len().next_power_of_two().min(PREFILL_CHUNK),
-            )
-        };
+        let (phase, bucket) = chunk_bucket(chunk);
         // Chunks with and without logits share their bucket's gate: they differ only by
         // a one-row tail (the last layer's output projection and FFN, the head) that no
         // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
         let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
         let executor = self.executor(phase, bucket, usize::from(logits), arm)?;
-        let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-        ids.resize(bucket, 0);
-        let start = seq.len();
-        let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
         let last_row = [(chunk.len() - 1) as i32];
-        let mut step_inputs = vec![
-            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-        ];
-        if logits {
-            step_inputs.push((inputs::LOGITS_ROW, Tensor::from_i32([1], &last_row)?));
-        }
-        // The chunk's rows only: the bucket's padding rows attend to nothing and the
-        // CPU does not multiply them.
-        let segment = Segment {
-            rows: 0..chunk.len(),
-            kv_len: start,
-            kv: &mut seq.kv,
-        };
-        let mut state = StepState::batch(vec![segment])?.padded_to(bucket);
+        let rows: &[i32] = if logits { &last_row } else { &[] };
+        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, rows)?;
+        let mut state = chunk_state(seq, chunk, bucket)?;
         let started = self.coexec.clock.now();
         let outputs = executor.run(&step_inputs, &mut state)?;
         if let Some(index) = gate_arm {
@@ -383,30 +360,13 @@ impl Runner {
 
     /// Evaluates `chunk` after what `seq` holds with a logits row per token.
     fn score_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<BatchLogits, StepError> {
-        let phase = chunk_phase(chunk);
-        let bucket = match phase {
-            Phase::Decode => 1,
-            Phase::Prefill => chunk.len().next_power_of_two().min(PREFILL_CHUNK),
-        };
+        let (phase, bucket) = chunk_bucket(chunk);
         let arm = self.batch_arm();
         let executor = self.executor(phase, bucket, bucket, arm)?;
-        let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-        ids.resize(bucket, 0);
-        let start = seq.len();
-        let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
         let mut rows: Vec<i32> = (0..chunk.len() as i32).collect();
         rows.resize(bucket, 0);
-        let step_inputs = [
-            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-            (inputs::LOGITS_ROW, Tensor::from_i32([bucket], &rows)?),
-        ];
-        let segment = Segment {
-            rows: 0..chunk.len(),
-            kv_len: start,
-            kv: &mut seq.kv,
-        };
-        let mut state = StepState::batch(vec![segment])?.padded_to(bucket);
+        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, &rows)?;
+        let mut state = chunk_state(seq, chunk, bucket)?;
         let outputs = executor.run(&step_inputs, &mut state)?;
         drop(state);
         let output = outputs
@@ -605,6 +565,55 @@ impl Runner {
         }
         Ok(executor)
     }
+}
+
+/// A chunk's phase and the rows its step pads to: one token decodes; more prefill in a
+/// power-of-two bucket of at most [`PREFILL_CHUNK`].
+fn chunk_bucket(chunk: &[u32]) -> (Phase, usize) {
+    match chunk_phase(chunk) {
+        Phase::Decode => (Phase::Decode, 1),
+        Phase::Prefill => (
+            Phase::Prefill,
+            chunk.len().next_power_of_two().min(PREFILL_CHUNK),
+        ),
+    }
+}
+
+/// The inputs of a step of `chunk` after `start` positions, padded to `bucket` rows,
+/// with `logits_rows` as the rows whose logits it returns (none: no head).
+fn chunk_inputs(
+    chunk: &[u32],
+    start: usize,
+    bucket: usize,
+    logits_rows: &[i32],
+) -> Result<Vec<(&'static str, Tensor)>, StepError> {
+    let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
+    ids.resize(bucket, 0);
+    let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
+    let mut step_inputs = vec![
+        (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
+        (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
+    ];
+    if !logits_rows.is_empty() {
+        let rows = Tensor::from_i32([logits_rows.len()], logits_rows)?;
+        step_inputs.push((inputs::LOGITS_ROW, rows));
+    }
+    Ok(step_inputs)
+}
+
+/// The step state of `chunk` after what `seq` holds: the chunk's rows only, so the
+/// bucket's padding rows attend to nothing and the CPU does not multiply them.
+fn chunk_state<'s>(
+    seq: &'s mut Sequence,
+    chunk: &[u32],
+    bucket: usize,
+) -> Result<StepState<'s>, StepError> {
+    let segment = Segment {
+        rows: 0..chunk.len(),
+        kv_len: seq.len(),
+        kv: &mut seq.kv,
+    };
+    Ok(StepState::batch(vec![segment])?.padded_to(bucket))
 }
 
 /// The phase of a step evaluating `chunk`.
