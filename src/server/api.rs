@@ -262,6 +262,18 @@ pub(crate) enum Format {
     JsonSchema(Arc<Schema>),
 }
 
+impl Format {
+    /// The schema the reply is held to: none for free text, any object for
+    /// `json_object`.
+    pub fn schema(&self) -> Option<Arc<Schema>> {
+        match self {
+            Format::Text => None,
+            Format::JsonObject => Some(Arc::new(Schema::any_object())),
+            Format::JsonSchema(schema) => Some(schema.clone()),
+        }
+    }
+}
+
 /// Refuses the first key of `object` (at `path`) not in `known`.
 fn only_keys(object: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), ApiError> {
     match object.keys().find(|k| !known.contains(&k.as_str())) {

@@ -20,7 +20,7 @@ use super::engine::{EngineHandle, Event, Job, Outcome, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
-use crate::model::constraint::{JsonShape, Schema, TokenTexts};
+use crate::model::constraint::{JsonShape, TokenTexts};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model, TokenLogprobs};
 
@@ -219,15 +219,9 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
         ));
     }
-    let json = match &params.format {
-        api::Format::Text => None,
-        api::Format::JsonObject => Some(JsonShape::new(
-            token_texts(&app).await?,
-            Arc::new(Schema::any_object()),
-        )),
-        api::Format::JsonSchema(schema) => {
-            Some(JsonShape::new(token_texts(&app).await?, schema.clone()))
-        }
+    let json = match params.format.schema() {
+        Some(schema) => Some(JsonShape::new(token_texts(&app).await?, schema)),
+        None => None,
     };
     let samplers = samplers(&params);
     let mut prepared = Vec::with_capacity(inputs.len());
