@@ -485,6 +485,30 @@ fn json_replies_parse_match_their_schema_and_generate() {
         .unwrap()
         .to_string();
     assert!(held.trim_start().starts_with('{'), "{held:?}");
+    // Twelve prose tokens pushed far above the rest are refused one by one, past the
+    // redraws, until the whole vocabulary is masked: the reply still opens an object.
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut prose = model
+        .tokenizer
+        .encode(
+            " the cat sat on a mat and then the dog ran far away home",
+            false,
+        )
+        .unwrap();
+    prose.sort_unstable();
+    prose.dedup();
+    assert!(prose.len() >= 12, "{prose:?}");
+    let bias: serde_json::Map<String, Value> = prose
+        .iter()
+        .map(|id| (id.to_string(), json!(100)))
+        .collect();
+    let pushed = ask(
+        joke,
+        json!({"temperature": 0, "max_tokens": 8, "logit_bias": bias}),
+    );
+    let pushed = pushed["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(pushed.trim_start().starts_with('{'), "{pushed:?}");
 
     // Sampled choices, whole and streamed: every finished one is an object.
     let sampled = ask(

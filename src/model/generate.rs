@@ -126,6 +126,40 @@ pub fn generate(
     )
 }
 
+/// Refused draws before [`constrained_draw`] masks every token the constraint refuses.
+const REDRAWS: usize = 8;
+
+/// A token `json` allows, drawn by `sampler` from `logits`, `first` being its first
+/// draw: that one when allowed; else the refused tokens are set to -inf one at a time
+/// and drawn again (each redraw one pass over the logits), and past [`REDRAWS`] every
+/// token the constraint refuses is masked at once (one pass of the validator over the
+/// whole vocabulary). Without a top-k, top-p or min-p cut each way draws from exactly
+/// the masked distribution; with one, the cut is taken on what is left at each draw,
+/// as llama.cpp's grammar sampler does.
+fn constrained_draw(
+    json: &mut JsonConstraint,
+    sampler: &mut Sampler,
+    logits: &[f32],
+    history: History<'_>,
+    first: u32,
+) -> Result<u32, ModelError> {
+    if json.allows(first) {
+        return Ok(first);
+    }
+    let mut left = logits.to_vec();
+    let mut refused = first;
+    for _ in 0..REDRAWS {
+        if let Some(l) = left.get_mut(refused as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+        refused = sampler.sample(&left, history)?;
+        if json.allows(refused) {
+            return Ok(refused);
+        }
+    }
+    Ok(sampler.sample(&json.mask(&left), history)?)
+}
+
 /// The log-probability of each token of `prompt` after the first given those before
 /// it, with the `k` most likely tokens at each place (a completion's `echo` with
 /// `logprobs`), scored on a fresh sequence of `runner` in one pass over the prompt. Empty
@@ -283,15 +317,8 @@ impl<'t> Decoding<'t> {
                 let token = sampler.sample(logits, history)?;
                 match &mut self.json {
                     None => token,
-                    // Drawn from what the constraint allows: the first draw when it is
-                    // allowed, else a draw from the logits with the rest masked (without
-                    // a top-k, top-p or min-p cut, exactly the masked distribution; with
-                    // one, llama.cpp's grammar sampler's rule), masking only on refusal.
                     Some(json) => {
-                        let token = match json.allows(token) {
-                            true => token,
-                            false => sampler.sample(&json.mask(logits), history)?,
-                        };
+                        let token = constrained_draw(json, sampler, logits, history, token)?;
                         json.advance(token)?;
                         token
                     }
