@@ -274,18 +274,6 @@ impl Format {
     }
 }
 
-/// Refuses the first key of `object` (at `path`) not in `known`.
-fn only_keys(object: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), ApiError> {
-    match object.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(other) => Err(ApiError::invalid(
-            "unknown_parameter",
-            Some(&format!("{path}.{other}")),
-            format!("Unknown parameter: '{path}.{other}'."),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// `response_format`: absent, null or `{"type": "text"}` is free text; `json_object`
 /// one JSON object; `json_schema` a JSON text matching `json_schema.schema`, compiled
 /// here so that what the schema compiler does not support is a 400 naming it.
@@ -297,21 +285,21 @@ fn response_format(body: &Body) -> Result<Format, ApiError> {
     };
     match format.get("type") {
         Some(Value::String(kind)) if kind == "text" || kind == "json_object" => {
-            only_keys(format, "response_format", &["type"])?;
+            fields::check_keys(format, "response_format", &["type"])?;
             Ok(match kind.as_str() {
                 "text" => Format::Text,
                 _ => Format::JsonObject,
             })
         }
         Some(Value::String(kind)) if kind == "json_schema" => {
-            only_keys(format, "response_format", &["type", "json_schema"])?;
+            fields::check_keys(format, "response_format", &["type", "json_schema"])?;
             let param = "response_format.json_schema";
             let spec = match format.get("json_schema") {
                 Some(Value::Object(spec)) => spec,
                 None | Some(Value::Null) => return Err(ApiError::missing(param)),
                 Some(_) => return Err(ApiError::wrong_type(param, "an object")),
             };
-            only_keys(spec, param, &["name", "description", "schema", "strict"])?;
+            fields::check_keys(spec, param, &["name", "description", "schema", "strict"])?;
             let param = "response_format.json_schema.schema";
             let schema = spec.get("schema").ok_or_else(|| ApiError::missing(param))?;
             Schema::compile(schema)

@@ -150,12 +150,31 @@ fn check_field(
             Some(param),
             format!("Unsupported parameter: '{param}' is not supported by this server yet."),
         )),
-        None => Err(ApiError::invalid(
-            "unknown_parameter",
-            Some(param),
-            format!("Unknown parameter: '{param}'."),
-        )),
+        None => Err(unknown(param)),
     }
+}
+
+/// Refuses the first key of the object at `path` that is not in `known` (the fields
+/// of a nested object the server reads, such as `response_format`'s).
+pub(crate) fn check_keys(
+    object: &Map<String, Value>,
+    path: &str,
+    known: &[&str],
+) -> Result<(), ApiError> {
+    match object.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(other) => Err(unknown(&format!("{path}.{other}"))),
+        None => Ok(()),
+    }
+}
+
+/// A 400 `unknown_parameter` naming `param`, as OpenAI answers a field it does not
+/// define.
+fn unknown(param: &str) -> ApiError {
+    ApiError::invalid(
+        "unknown_parameter",
+        Some(param),
+        format!("Unknown parameter: '{param}'."),
+    )
 }
 
 #[cfg(test)]
