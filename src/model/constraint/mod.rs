@@ -72,7 +72,10 @@ impl JsonShape {
 pub struct JsonConstraint {
     shape: JsonShape,
     state: JsonPrefix,
+    /// The state after the token [`JsonConstraint::allows`] last accepted, if any.
     scratch: JsonPrefix,
+    /// That token, while `scratch` holds its state.
+    scratch_after: Option<u32>,
 }
 
 impl JsonConstraint {
@@ -81,6 +84,7 @@ impl JsonConstraint {
         let state = JsonPrefix::new(&shape.schema);
         JsonConstraint {
             scratch: state.clone(),
+            scratch_after: None,
             state,
             shape,
         }
@@ -94,7 +98,9 @@ impl JsonConstraint {
         }
         self.scratch.copy_from(&self.state);
         let schema = &self.shape.schema;
-        text.chars().all(|c| self.scratch.push(schema, c))
+        let allowed = text.chars().all(|c| self.scratch.push(schema, c));
+        self.scratch_after = allowed.then_some(id);
+        allowed
     }
 
     /// `logits` with every token that may not come next set to -inf.
@@ -107,15 +113,17 @@ impl JsonConstraint {
             .collect()
     }
 
-    /// Takes `id` as the next token; an error if it may not come next.
+    /// Takes `id` as the next token (reading it again only when it was not the last
+    /// one [`JsonConstraint::allows`] accepted); an error if it may not come next.
     pub fn advance(&mut self, id: u32) -> Result<(), ModelError> {
-        if !self.allows(id) {
+        if self.scratch_after != Some(id) && !self.allows(id) {
             return Err(ModelError::internal(format!(
                 "token {id} ({:?}) breaks the JSON output",
                 self.shape.texts.text(id)
             )));
         }
         std::mem::swap(&mut self.state, &mut self.scratch);
+        self.scratch_after = None;
         Ok(())
     }
 
