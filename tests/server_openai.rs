@@ -599,6 +599,30 @@ fn json_replies_parse_match_their_schema_and_generate() {
     }
 }
 
+/// A streamed completion's choices put back together from its chunks, in index order:
+/// each one's text and its `logprobs` arrays joined key by key.
+fn joined_choices(chunks: &[Value]) -> Vec<(String, serde_json::Map<String, Value>)> {
+    let mut choices: Vec<(String, serde_json::Map<String, Value>)> = Vec::new();
+    for chunk in chunks {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let index = choice["index"].as_u64().unwrap() as usize;
+            if choices.len() <= index {
+                choices.resize_with(index + 1, Default::default);
+            }
+            let (text, arrays) = &mut choices[index];
+            text.push_str(choice["text"].as_str().unwrap_or(""));
+            if let Some(part) = choice["logprobs"].as_object() {
+                for (key, values) in part {
+                    let list = arrays.entry(key.clone()).or_insert_with(|| json!([]));
+                    let list = list.as_array_mut().unwrap();
+                    list.extend(values.as_array().unwrap().iter().cloned());
+                }
+            }
+        }
+    }
+    choices
+}
+
 #[test]
 fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
     let path = fetch::default_model_path(false).expect("fetching the default model");
@@ -679,20 +703,7 @@ fn echo_scores_the_prompt_as_teacher_forced_generate_does() {
         let chunks = chunks(&streamed.text());
         let first = &chunks[0]["choices"][0];
         assert_eq!(first["text"], text, "{first}");
-        let mut joined = String::new();
-        let mut arrays: serde_json::Map<String, Value> = serde_json::Map::new();
-        for chunk in &chunks {
-            for choice in chunk["choices"].as_array().unwrap() {
-                joined.push_str(choice["text"].as_str().unwrap_or(""));
-                if let Some(part) = choice["logprobs"].as_object() {
-                    for (key, values) in part {
-                        let list = arrays.entry(key.clone()).or_insert_with(|| json!([]));
-                        let list = list.as_array_mut().unwrap();
-                        list.extend(values.as_array().unwrap().iter().cloned());
-                    }
-                }
-            }
-        }
+        let (joined, arrays) = joined_choices(&chunks).remove(0);
         let choice = &whole["choices"][0];
         assert_eq!(joined, choice["text"].as_str().unwrap());
         match choice["logprobs"].as_object() {
@@ -746,7 +757,51 @@ fn several_prompts_are_answered_as_each_alone_numbered_on() {
         usage(&one, "completion_tokens") + usage(&two, "completion_tokens")
     );
 
-    // Streaming several prompts, or too many choices in all, is refused by name.
+    // Streamed, the same choices come as chunks numbered alike (interleaved as the engine
+    // makes them), then one usage chunk for every prompt.
+    let mut streamed = json!({"prompt": [json!(first), json!(second)], "max_tokens": 6,
+                              "temperature": 0, "n": 2, "echo": true, "logprobs": 1,
+                              "stream": true, "stream_options": {"include_usage": true}});
+    let response = post(server.addr, "/v1/completions", &streamed);
+    assert_eq!(response.status, 200, "{}", response.text());
+    let events = chunks(&response.text());
+    let joined = joined_choices(&events);
+    assert_eq!(joined.len(), 4);
+    for (i, ((text, arrays), want)) in joined.iter().zip(choices).enumerate() {
+        assert_eq!(text, want["text"].as_str().unwrap(), "streamed choice {i}");
+        assert_eq!(
+            &Value::Object(arrays.clone()),
+            &want["logprobs"],
+            "streamed choice {i}"
+        );
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["usage"], both["usage"], "{last}");
+    let finished = events
+        .iter()
+        .flat_map(|c| c["choices"].as_array().unwrap())
+        .filter(|c| c["finish_reason"].is_string())
+        .count();
+    assert_eq!(finished, 4);
+    // Without echo or scores too: each choice is what it is in the whole reply.
+    streamed["echo"] = json!(false);
+    streamed["logprobs"] = Value::Null;
+    let mut whole = streamed.clone();
+    whole["stream"] = json!(false);
+    whole.as_object_mut().unwrap().remove("stream_options");
+    let whole = complete(whole);
+    let response = post(server.addr, "/v1/completions", &streamed);
+    let joined = joined_choices(&chunks(&response.text()));
+    let texts: Vec<&str> = joined.iter().map(|(t, _)| t.as_str()).collect();
+    let want: Vec<&str> = whole["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, want);
+
+    // Too many choices in all is refused by name.
     let refused = |body: Value, code: &str| {
         let response = post(server.addr, "/v1/completions", &body);
         assert_eq!(response.status, 400, "{}", response.text());
@@ -756,9 +811,5 @@ fn several_prompts_are_answered_as_each_alone_numbered_on() {
             (Some(code), Some("prompt"))
         );
     };
-    refused(
-        json!({"prompt": ["a", "b"], "stream": true}),
-        "unsupported_parameter",
-    );
     refused(json!({"prompt": vec!["a"; 8], "n": 16}), "invalid_value");
 }

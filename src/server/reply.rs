@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -202,42 +202,65 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// One prompt's job inside a stream: where its choices are numbered from and what it
+/// still owes.
+struct Source {
+    /// Index of its first choice in the reply (prompt `p`'s: `p·n`).
+    first: usize,
+    /// Its choices that have not ended.
+    left: usize,
+    /// Its prompt's tokens, once a choice has ended.
+    prompt_tokens: usize,
+    /// The prompt each of its choices starts with when echoed and scored: sent when its
+    /// scores come (an echo without scores is sent at once).
+    echo: Option<Echo>,
+    /// Cancels its job when the stream is dropped (the client went away).
+    _cancel: CancelOnDrop,
+}
+
+/// One streamed prompt's job: its events, its cancellation and what its `echo` repeats.
+pub(crate) type StreamedJob = (UnboundedReceiver<Event>, CancelOnDrop, Option<Echo>);
+
+/// Engine events tagged with the source they came from; `None` once its job's sender is
+/// gone.
+type Tagged = std::pin::Pin<Box<dyn Stream<Item = (usize, Option<Event>)> + Send>>;
+
 /// A stream's state between events.
 struct Streaming {
     reply: Reply,
     /// The served model, whose tokenizer renders tokens in log-probabilities.
     model: Arc<Model>,
-    events: UnboundedReceiver<Event>,
+    events: futures_util::stream::SelectAll<Tagged>,
     include_usage: bool,
     pending: VecDeque<SseEvent>,
-    /// Per choice, the text offset of its next token (completions' log-probabilities).
+    /// Per choice of the reply, the text offset of its next token (completions'
+    /// log-probabilities).
     offsets: Vec<usize>,
-    /// Choices that have not ended.
+    /// Per prompt, its job.
+    sources: Vec<Source>,
+    /// Choices that have not ended, of every prompt.
     left: usize,
-    /// Prompt tokens, and the completion tokens of the ended choices.
-    usage: (usize, usize),
-    /// The prompt each choice starts with when echoed and scored: sent when its scores
-    /// come (an echo without scores is sent at once).
-    echo: Option<Echo>,
+    /// Completion tokens of the ended choices.
+    completion_tokens: usize,
     done: bool,
-    _cancel: CancelOnDrop,
 }
 
 impl Streaming {
-    /// Turns one engine event into SSE events; the end of the last choice, or an error,
-    /// adds `[DONE]`.
-    fn push(&mut self, event: Option<Event>) {
+    /// Turns one engine event of prompt `source`'s job into SSE events; the end of the
+    /// reply's last choice, or an error, adds `[DONE]`.
+    fn push(&mut self, source: usize, event: Option<Event>) {
+        let first = self.sources[source].first;
         let end = match event {
             Some(Event::Prompt { logprobs }) => {
-                let Some(echo) = self.echo.take() else {
+                let Some(echo) = self.sources[source].echo.take() else {
                     return;
                 };
                 let tokenizer = &self.model.tokenizer;
                 let mut end = 0;
                 let scored =
                     logprobs::legacy_echo_prompt(tokenizer, &echo.ids, &logprobs, &mut end);
-                for (index, offset) in self.offsets.iter_mut().enumerate() {
-                    *offset = end;
+                for index in first..first + self.reply.choices {
+                    self.offsets[index] = end;
                     let delta = json!({ "content": echo.text });
                     let chunk = self.reply.chunk(index, delta, scored.clone(), None);
                     self.pending.push_back(chunk);
@@ -249,6 +272,7 @@ impl Streaming {
                 text,
                 logprobs,
             }) => {
+                let index = first + index;
                 let tokenizer = &self.model.tokenizer;
                 let logprobs = self
                     .reply
@@ -263,17 +287,22 @@ impl Streaming {
                 result: Ok(outcome),
             }) => {
                 let reason = Some(outcome.finish_reason);
-                let last = self.reply.chunk(index, json!({}), Value::Null, reason);
+                let last = self
+                    .reply
+                    .chunk(first + index, json!({}), Value::Null, reason);
                 self.pending.push_back(last);
-                self.usage.0 = outcome.prompt_tokens;
-                self.usage.1 += outcome.completion_tokens;
+                let ended = &mut self.sources[source];
+                ended.prompt_tokens = outcome.prompt_tokens;
+                ended.left -= 1;
+                self.completion_tokens += outcome.completion_tokens;
                 self.left -= 1;
                 if self.left > 0 {
                     return;
                 }
                 if self.include_usage {
+                    let prompt_tokens = self.sources.iter().map(|s| s.prompt_tokens).sum();
                     let mut body = self.reply.object(json!([]));
-                    body["usage"] = usage(self.usage.0, self.usage.1);
+                    body["usage"] = usage(prompt_tokens, self.completion_tokens);
                     self.pending.push_back(data(&body));
                 }
                 None
@@ -281,9 +310,16 @@ impl Streaming {
             Some(Event::Done {
                 result: Err(error), ..
             }) => Some(ApiError::from(error)),
+            // A job that ended every choice drops its sender: nothing more to say.
+            None if self.sources[source].left == 0 => return,
             None => Some(ApiError::shutting_down()),
         };
-        if let Some(error) = end {
+        self.end(end);
+    }
+
+    /// Ends the stream, with `error`'s body first when it failed.
+    fn end(&mut self, error: Option<ApiError>) {
+        if let Some(error) = error {
             self.pending.push_back(data(&error.body()));
         }
         self.pending.push_back(SseEvent::default().data("[DONE]"));
@@ -291,46 +327,67 @@ impl Streaming {
     }
 }
 
-/// The SSE response of a streamed job of `model`'s. Dropping it (the client
-/// disconnected) cancels the job.
+/// The SSE response of one or more streamed jobs of `model`'s, one per prompt (prompt
+/// `p`'s choice `j` is index `p·n + j`, as in a whole reply), their chunks in the
+/// order the engine makes them. Dropping it (the client disconnected) cancels them all;
+/// one failed choice ends the stream with its error, cancelling the rest.
 pub(crate) fn stream(
     reply: Reply,
     model: Arc<Model>,
-    events: UnboundedReceiver<Event>,
+    jobs: Vec<StreamedJob>,
     include_usage: bool,
-    echo: Option<Echo>,
-    cancel: CancelOnDrop,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
-        for index in 0..reply.choices {
+        for index in 0..reply.choices * jobs.len() {
             let delta = json!({"role": "assistant", "content": ""});
             pending.push_back(reply.chunk(index, delta, Value::Null, None));
         }
     }
-    // Without scores the echo goes first; with them it waits for `Event::Prompt`.
-    let echo = match echo {
-        Some(echo) if !reply.logprobs => {
-            for index in 0..reply.choices {
-                let delta = json!({ "content": echo.text });
-                pending.push_back(reply.chunk(index, delta, Value::Null, None));
+    let mut sources = Vec::with_capacity(jobs.len());
+    let mut tagged: Vec<Tagged> = Vec::with_capacity(jobs.len());
+    for (p, (events, cancel, echo)) in jobs.into_iter().enumerate() {
+        let first = p * reply.choices;
+        // Without scores the echo goes first; with them it waits for `Event::Prompt`.
+        let echo = match echo {
+            Some(echo) if !reply.logprobs => {
+                for index in first..first + reply.choices {
+                    let delta = json!({ "content": echo.text });
+                    pending.push_back(reply.chunk(index, delta, Value::Null, None));
+                }
+                None
             }
-            None
-        }
-        echo => echo,
-    };
+            echo => echo,
+        };
+        sources.push(Source {
+            first,
+            left: reply.choices,
+            prompt_tokens: 0,
+            echo,
+            _cancel: cancel,
+        });
+        tagged.push(Box::pin(futures_util::stream::unfold(
+            Some(events),
+            move |events| async move {
+                let mut events = events?;
+                match events.recv().await {
+                    Some(event) => Some(((p, Some(event)), Some(events))),
+                    None => Some(((p, None), None)),
+                }
+            },
+        )));
+    }
     let state = Streaming {
-        echo,
-        offsets: vec![0; reply.choices],
-        left: reply.choices,
+        offsets: vec![0; reply.choices * sources.len()],
+        left: reply.choices * sources.len(),
+        sources,
         reply,
         model,
-        events,
+        events: futures_util::stream::select_all(tagged),
         include_usage,
         pending,
-        usage: (0, 0),
+        completion_tokens: 0,
         done: false,
-        _cancel: cancel,
     };
     let events = futures_util::stream::unfold(state, |mut s| async move {
         loop {
@@ -340,8 +397,11 @@ pub(crate) fn stream(
             if s.done {
                 return None;
             }
-            let next = s.events.recv().await;
-            s.push(next);
+            match s.events.next().await {
+                Some((source, event)) => s.push(source, event),
+                // Every job's sender is gone without the reply ending.
+                None => s.end(Some(ApiError::shutting_down())),
+            }
         }
     });
     Sse::new(events).keep_alive(KeepAlive::default())

@@ -190,13 +190,6 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             .map(Input::Prompt)
             .collect(),
     };
-    if inputs.len() > 1 && params.stream {
-        return Err(ApiError::invalid(
-            "unsupported_parameter",
-            Some("prompt"),
-            "Unsupported parameter: several prompts with 'stream' are not supported by this server yet.",
-        ));
-    }
     if inputs.len() * params.n > MAX_REQUEST_CHOICES {
         return Err(ApiError::bad_value(
             "prompt",
@@ -251,12 +244,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         logprobs: params.logprobs.is_some(),
     };
     if params.stream {
-        let (events, cancel, echo) = running
-            .pop()
-            .ok_or_else(|| ApiError::internal("a request with no prompt"))?;
-        let model = app.model.clone();
-        let include_usage = params.include_usage;
-        let sse = reply::stream(reply, model, events, include_usage, echo, cancel);
+        let sse = reply::stream(reply, app.model.clone(), running, params.include_usage);
         return Ok(sse.into_response());
     }
     let mut parts = Vec::with_capacity(running.len());
