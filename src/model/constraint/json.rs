@@ -15,24 +15,51 @@ pub(crate) const MAX_WHITESPACE_RUN: u8 = 33;
 enum Escape {
     /// Plain characters.
     No,
-    /// After `\`.
-    Backslash,
-    /// After `\u`, this many hex digits still to come.
-    Hex(u8),
+    /// After `\`; `low` when it must open a low surrogate's `\u`.
+    Backslash { low: bool },
+    /// After `\u`: `left` hex digits still to come, the `value` of those read, and
+    /// whether it must be a low surrogate (`DC00`–`DFFF`).
+    Hex { left: u8, value: u16, low: bool },
+    /// After a high surrogate's `\uD800`–`\uDBFF`: its low half must follow.
+    Pair,
 }
 
 impl Escape {
     /// The state after `c` inside a string, or `None` when `c` is not allowed there;
-    /// an unescaped `"` (the end) is the caller's to see first.
+    /// an unescaped `"` (the end) is the caller's to see first. A `\u` escape of a
+    /// surrogate must be a high one followed at once by a low one: RFC 8259's grammar
+    /// admits a lone one, but it is no character, and strict parsers (serde_json,
+    /// Go's, Rust's `String`) refuse it.
     fn next(self, c: char) -> Option<Escape> {
         match (self, c) {
-            (Escape::No, '\\') => Some(Escape::Backslash),
+            (Escape::No, '\\') => Some(Escape::Backslash { low: false }),
             (Escape::No, c) if (c as u32) < 0x20 => None,
             (Escape::No, _) => Some(Escape::No),
-            (Escape::Backslash, '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => Some(Escape::No),
-            (Escape::Backslash, 'u') => Some(Escape::Hex(4)),
-            (Escape::Hex(1), c) if c.is_ascii_hexdigit() => Some(Escape::No),
-            (Escape::Hex(left), c) if c.is_ascii_hexdigit() => Some(Escape::Hex(left - 1)),
+            (Escape::Pair, '\\') => Some(Escape::Backslash { low: true }),
+            (Escape::Backslash { low: false }, '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => {
+                Some(Escape::No)
+            }
+            (Escape::Backslash { low }, 'u') => Some(Escape::Hex {
+                left: 4,
+                value: 0,
+                low,
+            }),
+            (Escape::Hex { left, value, low }, c) => {
+                let value = value << 4 | c.to_digit(16)? as u16;
+                if left > 1 {
+                    return Some(Escape::Hex {
+                        left: left - 1,
+                        value,
+                        low,
+                    });
+                }
+                match (low, value) {
+                    (true, 0xDC00..=0xDFFF) => Some(Escape::No),
+                    (true, _) | (false, 0xDC00..=0xDFFF) => None,
+                    (false, 0xD800..=0xDBFF) => Some(Escape::Pair),
+                    (false, _) => Some(Escape::No),
+                }
+            }
             _ => None,
         }
     }
@@ -499,6 +526,12 @@ mod tests {
             "{\"a\":\"\u{1}\"}",
             "{\"a\":\"\\x\"}",
             "{\"a\":\"\\u12G4\"}",
+            "{\"a\":\"\\uD800\"}",
+            "{\"a\":\"\\uDC00\"}",
+            "{\"a\":\"\\uD800x\"}",
+            "{\"a\":\"\\uD800\\n\"}",
+            "{\"a\":\"\\uD800\\uD800\"}",
+            "{\"a\":\"\\uD83D\\u0041\"}",
             "{}}",
             "{} x",
             "{\"a\":1}{",
@@ -541,6 +574,9 @@ mod tests {
             "\"k\"",
             "\"\\n\"",
             "\"\\u00e9\"",
+            "\"\\uD83D",
+            "\\uDE00",
+            "\\uD800\"",
             "\\",
             "\"é",
             "1",
