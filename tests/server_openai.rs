@@ -597,6 +597,53 @@ fn json_replies_parse_match_their_schema_and_generate() {
             matches(choice["message"]["content"].as_str().unwrap());
         }
     }
+
+    // What Pydantic writes for optional fields and a nested model (`anyOf` with null, a
+    // list of types, `$defs` and `$ref`): the greedy reply matches and is `generate`'s.
+    let schema = json!({
+        "$defs": {"Pet": {
+            "properties": {"name": {"title": "Name", "type": "string"},
+                           "kind": {"enum": ["cat", "dog"], "title": "Kind", "type": "string"}},
+            "required": ["name", "kind"], "title": "Pet", "type": "object",
+            "additionalProperties": false,
+        }},
+        "properties": {
+            "name": {"title": "Name", "type": "string"},
+            "nickname": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null},
+            "age": {"type": ["integer", "null"]},
+            "pets": {"items": {"$ref": "#/$defs/Pet"}, "type": "array", "maxItems": 2},
+        },
+        "required": ["name", "nickname", "age", "pets"],
+        "title": "Person", "type": "object", "additionalProperties": false,
+    });
+    let format =
+        json!({"type": "json_schema", "json_schema": {"name": "Person", "schema": schema}});
+    let prompt = "Describe a person named Ann with two pets as JSON.";
+    let shaped = ask(
+        prompt,
+        json!({"temperature": 0, "max_tokens": 120, "response_format": format}),
+    );
+    assert_eq!(shaped["choices"][0]["finish_reason"], "stop", "{shaped}");
+    let text = shaped["choices"][0]["message"]["content"].as_str().unwrap();
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(value["name"].is_string(), "{text:?}");
+    assert!(
+        value["nickname"].is_string() || value["nickname"].is_null(),
+        "{text:?}"
+    );
+    assert!(value["age"].is_i64() || value["age"].is_null(), "{text:?}");
+    let pets = value["pets"].as_array().unwrap();
+    assert!(pets.len() <= 2, "{text:?}");
+    for pet in pets {
+        assert!(pet["name"].is_string(), "{text:?}");
+        assert!(
+            ["cat", "dog"].contains(&pet["kind"].as_str().unwrap()),
+            "{text:?}"
+        );
+    }
+    let schema_text = schema.to_string();
+    let flags = ["--chat", "--json-schema", &schema_text, "-n", "120", prompt];
+    assert_eq!(generate_text(&flags), text);
 }
 
 /// A streamed completion's choices put back together from its chunks, in index order:

@@ -449,6 +449,8 @@ fn start(schema: &Schema, id: usize, c: char) -> Option<Frame> {
             id,
             text: String::new(),
         }),
+        // At most one branch starts with `c` (the compiler checked).
+        (Node::AnyOf(branches), _) => branches.iter().find_map(|&b| start(schema, b, c)),
         _ => None,
     }
 }
@@ -683,5 +685,111 @@ mod tests {
         let every = r#"{"name":"A","age":1,"tags":["cat"],"address":{"city":"Oslo"},"extra":1"#;
         assert_eq!(read_as(&schema, every), Some(false));
         assert_eq!(read_as(&schema, &format!("{every},")), None);
+    }
+
+    /// What Pydantic writes for a model with optional fields and nested models: `$defs`
+    /// and `$ref`s, `anyOf` with null, a list of types.
+    fn pydantic_person() -> Schema {
+        Schema::compile(&json!({
+            "$defs": {"Pet": {
+                "properties": {
+                    "name": {"title": "Name", "type": "string"},
+                    "kind": {"enum": ["cat", "dog"], "title": "Kind", "type": "string"},
+                },
+                "required": ["name", "kind"], "title": "Pet", "type": "object",
+                "additionalProperties": false,
+            }},
+            "properties": {
+                "name": {"title": "Name", "type": "string"},
+                "nickname": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null},
+                "age": {"type": ["integer", "null"]},
+                "pets": {"items": {"$ref": "#/$defs/Pet"}, "type": "array"},
+                "best": {"anyOf": [{"$ref": "#/$defs/Pet"}, {"type": "null"}]},
+            },
+            "required": ["name", "nickname", "age", "pets", "best"],
+            "title": "Person", "type": "object", "additionalProperties": false,
+        }))
+        .unwrap()
+    }
+
+    /// A recursive schema: a tree of integers.
+    fn tree() -> Schema {
+        Schema::compile(&json!({
+            "$defs": {"Node": {
+                "type": "object",
+                "properties": {
+                    "value": {"type": "integer"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+                "required": ["value"], "additionalProperties": false,
+            }},
+            "$ref": "#/$defs/Node",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn unions_references_and_recursion_take_what_matches() {
+        let (person, tree) = (pydantic_person(), tree());
+        let takes = [
+            (
+                &person,
+                r#"{"name": "Ann", "nickname": null, "age": 3, "pets": [{"name": "Rex", "kind": "dog"}], "best": null}"#,
+            ),
+            (
+                &person,
+                r#"{"name":"B","nickname":"Bee","age":null,"pets":[],"best":{"name":"Tom","kind":"cat"}}"#,
+            ),
+            (
+                &tree,
+                r#"{"value": 1, "children": [{"value": 2, "children": []}, {"value": -3}]}"#,
+            ),
+        ];
+        for (schema, text) in takes {
+            assert!(serde_object(text), "the reference rejects {text}");
+            assert_eq!(read_as(schema, text), Some(true), "{text}");
+            let chars: Vec<(usize, char)> = text.char_indices().collect();
+            for &(at, _) in &chars[..chars.len() - 1] {
+                assert!(
+                    read_as(schema, &text[..at]).is_some(),
+                    "prefix {:?}",
+                    &text[..at]
+                );
+            }
+        }
+        let refuses = [
+            (
+                &person,
+                r#"{"name": "A", "nickname": 5, "age": 3, "pets": [], "best": null}"#,
+            ),
+            (
+                &person,
+                r#"{"name": "A", "nickname": null, "age": "3", "pets": [], "best": null}"#,
+            ),
+            (
+                &person,
+                r#"{"name": "A", "nickname": null, "age": 1.5, "pets": [], "best": null}"#,
+            ),
+            (
+                &person,
+                r#"{"name": "A", "nickname": null, "age": 3, "pets": [{"name": "R", "kind": "cow"}], "best": null}"#,
+            ),
+            (
+                &person,
+                r#"{"name": "A", "nickname": null, "age": 3, "pets": [], "best": []}"#,
+            ),
+            (
+                &person,
+                r#"{"name": "A", "nickname": null, "age": 3, "pets": [], "best": {"name": "T"}}"#,
+            ),
+            (&tree, r#"{"value": 1, "children": [{"children": []}]}"#),
+            (
+                &tree,
+                r#"{"value": 1, "children": [{"value": 2, "leaf": true}]}"#,
+            ),
+        ];
+        for (schema, text) in refuses {
+            assert_eq!(read_as(schema, text).filter(|&done| done), None, "{text}");
+        }
     }
 }

@@ -1,8 +1,13 @@
 //! JSON Schemas compiled for the validator: the subset OpenAI's structured outputs use
-//! (`type`, `properties`, `required`, `additionalProperties`, `items`, `minItems`,
-//! `maxItems`, `enum`, `const`; annotations such as `description` are read past). Any
-//! other keyword is refused by its path, never ignored, since it would constrain the
-//! output and we would not.
+//! (`type`, a single name or a list, `properties`, `required`, `additionalProperties`,
+//! `items`, `minItems`, `maxItems`, `enum`, `const`, `anyOf` / `oneOf` of branches that
+//! start differently, `allOf` of one schema, local `$ref`s into `$defs` or
+//! `definitions`, recursive ones included — what Pydantic writes for optional fields and
+//! nested models; annotations such as `description` are read past). Any other keyword
+//! is refused by its path, never ignored, since it would constrain the output and we
+//! would not.
+
+use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
@@ -55,6 +60,9 @@ pub(crate) enum Node {
     Null,
     /// Exactly one of these JSON texts, written compactly (`enum`, `const`).
     Choice(Vec<String>),
+    /// A value of one of these nodes, told apart by their first character (`anyOf`,
+    /// `oneOf`, a list of types): no two can start alike.
+    AnyOf(Vec<usize>),
 }
 
 /// A compiled schema: node 0 is any value, 1 any object, 2 any array; the root is
@@ -95,6 +103,8 @@ impl Schema {
     pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
         let mut compiler = Compiler {
             nodes: base_nodes(),
+            root: schema,
+            refs: HashMap::new(),
         };
         let root = compiler.node(schema, "schema", 0)?;
         if !matches!(compiler.nodes[root], Node::Object { .. }) {
@@ -136,9 +146,20 @@ fn base_nodes() -> Vec<Node> {
     ]
 }
 
-struct Compiler {
+struct Compiler<'s> {
     nodes: Vec<Node>,
+    /// The whole schema, which `$ref`s point into.
+    root: &'s Value,
+    /// Each `$ref` compiled so far and its node, so a recursive one closes a loop.
+    refs: HashMap<String, usize>,
 }
+
+/// Keywords that only hold schemas for `$ref`s to point at.
+const DEFINITIONS: [&str; 2] = ["$defs", "definitions"];
+
+/// Keywords that combine or point at other schemas: each stands alone beside
+/// annotations and definitions.
+const COMBINING: [&str; 4] = ["$ref", "anyOf", "oneOf", "allOf"];
 
 fn error(path: &str, message: impl Into<String>) -> SchemaError {
     SchemaError {
@@ -147,7 +168,7 @@ fn error(path: &str, message: impl Into<String>) -> SchemaError {
     }
 }
 
-impl Compiler {
+impl Compiler<'_> {
     fn add(&mut self, node: Node, path: &str) -> Result<usize, SchemaError> {
         if self.nodes.len() >= MAX_NODES {
             return Err(error(
@@ -182,30 +203,95 @@ impl Compiler {
             "enum",
             "const",
         ];
-        if let Some(key) = map
-            .keys()
-            .find(|k| !known.contains(&k.as_str()) && !ANNOTATIONS.contains(&k.as_str()))
-        {
+        let read_past = |k: &str| ANNOTATIONS.contains(&k) || DEFINITIONS.contains(&k);
+        if let Some(key) = map.keys().find(|k| {
+            !known.contains(&k.as_str()) && !COMBINING.contains(&k.as_str()) && !read_past(k)
+        }) {
             return Err(error(
                 &format!("{path}.{key}"),
                 format!("'{key}' is not supported yet"),
             ));
         }
+        if let Some(&combining) = COMBINING.iter().find(|k| map.contains_key(**k)) {
+            if let Some(other) = map
+                .keys()
+                .find(|k| k.as_str() != combining && !read_past(k))
+            {
+                return Err(error(
+                    &format!("{path}.{other}"),
+                    format!("'{other}' beside '{combining}' is not supported yet"),
+                ));
+            }
+            let at = format!("{path}.{combining}");
+            return match (combining, &map[combining]) {
+                ("$ref", Value::String(target)) => self.reference(target, &at, depth),
+                ("$ref", _) => Err(error(&at, "must be a string")),
+                ("allOf", Value::Array(all)) if all.len() == 1 => {
+                    self.node(&all[0], &format!("{at}.0"), depth + 1)
+                }
+                ("allOf", _) => Err(error(&at, "only an 'allOf' of one schema is supported")),
+                (_, Value::Array(any)) if !any.is_empty() => {
+                    let mut branches = Vec::with_capacity(any.len());
+                    for (i, branch) in any.iter().enumerate() {
+                        branches.push(self.node(branch, &format!("{at}.{i}"), depth + 1)?);
+                    }
+                    self.union(branches, &at)
+                }
+                _ => Err(error(&at, "must be a non-empty array of schemas")),
+            };
+        }
         if let Some(choices) = choices(map, path)? {
             return self.add(Node::Choice(choices), path);
         }
-        let kind = match map.get("type") {
-            None if map.contains_key("properties") => "object",
-            None if map.contains_key("items") => "array",
-            None => "any",
-            Some(Value::String(kind)) => kind.as_str(),
+        let kinds: Vec<&str> = match map.get("type") {
+            None if map.contains_key("properties") => vec!["object"],
+            None if map.contains_key("items") => vec!["array"],
+            None => vec!["any"],
+            Some(Value::String(kind)) => vec![kind.as_str()],
+            Some(Value::Array(kinds)) if !kinds.is_empty() => kinds
+                .iter()
+                .map(|k| {
+                    k.as_str()
+                        .ok_or_else(|| error(&format!("{path}.type"), "type names are strings"))
+                })
+                .collect::<Result<_, _>>()?,
             Some(_) => {
                 return Err(error(
                     &format!("{path}.type"),
-                    "only a single type name is supported (not a list)",
+                    "must be a type name or a non-empty list of them",
                 ))
             }
         };
+        for (key, needs) in [
+            ("properties", "object"),
+            ("required", "object"),
+            ("additionalProperties", "object"),
+            ("items", "array"),
+            ("minItems", "array"),
+            ("maxItems", "array"),
+        ] {
+            if map.contains_key(key) && !kinds.contains(&needs) {
+                return Err(error(
+                    &format!("{path}.{key}"),
+                    format!("'{key}' needs type {needs}"),
+                ));
+            }
+        }
+        let mut branches = Vec::with_capacity(kinds.len());
+        for kind in kinds {
+            branches.push(self.typed(map, kind, path, depth)?);
+        }
+        self.union(branches, &format!("{path}.type"))
+    }
+
+    /// The node of `map`'s value when it is of type `kind`.
+    fn typed(
+        &mut self,
+        map: &Map<String, Value>,
+        kind: &str,
+        path: &str,
+        depth: usize,
+    ) -> Result<usize, SchemaError> {
         let node = match kind {
             "any" => return Ok(ANY),
             "object" => self.object(map, path, depth)?,
@@ -222,23 +308,71 @@ impl Compiler {
                 ))
             }
         };
-        for key in ["properties", "required", "additionalProperties"] {
-            if kind != "object" && map.contains_key(key) {
-                return Err(error(
-                    &format!("{path}.{key}"),
-                    format!("'{key}' needs type object"),
-                ));
-            }
-        }
-        for key in ["items", "minItems", "maxItems"] {
-            if kind != "array" && map.contains_key(key) {
-                return Err(error(
-                    &format!("{path}.{key}"),
-                    format!("'{key}' needs type array"),
-                ));
-            }
-        }
         self.add(node, path)
+    }
+
+    /// One node for a value of any of `branches`: the branch itself when there is one,
+    /// else an [`Node::AnyOf`], provided no two branches can start alike (the validator
+    /// picks the branch by a value's first character).
+    fn union(&mut self, branches: Vec<usize>, path: &str) -> Result<usize, SchemaError> {
+        if let [only] = branches[..] {
+            return Ok(only);
+        }
+        let mut seen = 0u128;
+        for &branch in &branches {
+            let starts = self.starts(branch);
+            if seen & starts != 0 {
+                return Err(error(
+                    path,
+                    "branches that can start alike (two objects, two strings, a number \
+                     and an integer, ...) are not supported yet",
+                ));
+            }
+            seen |= starts;
+        }
+        self.add(Node::AnyOf(branches), path)
+    }
+
+    /// The characters (all ASCII) a value of node `id` can start with, as bits.
+    fn starts(&self, id: usize) -> u128 {
+        let bit = |c: u8| 1u128 << c;
+        match &self.nodes[id] {
+            Node::Any => u128::MAX,
+            Node::Object { .. } => bit(b'{'),
+            Node::Array { .. } => bit(b'['),
+            Node::String => bit(b'"'),
+            Node::Number { .. } => (b'0'..=b'9').fold(bit(b'-'), |all, d| all | bit(d)),
+            Node::Boolean => bit(b't') | bit(b'f'),
+            Node::Null => bit(b'n'),
+            Node::Choice(texts) => texts
+                .iter()
+                .filter_map(|t| t.bytes().next())
+                .fold(0, |all, c| all | bit(c & 0x7f)),
+            Node::AnyOf(branches) => branches.iter().fold(0, |all, &b| all | self.starts(b)),
+        }
+    }
+
+    /// The node of the schema `target` points at (`#` and a JSON pointer into the
+    /// whole schema, e.g. `#/$defs/Pet`). A target already being compiled (a recursive
+    /// schema) is its node, filled in once compiled.
+    fn reference(&mut self, target: &str, path: &str, depth: usize) -> Result<usize, SchemaError> {
+        if let Some(&id) = self.refs.get(target) {
+            return Ok(id);
+        }
+        let schema = target
+            .strip_prefix('#')
+            .and_then(|pointer| self.root.pointer(pointer))
+            .ok_or_else(|| {
+                error(
+                    path,
+                    format!("'{target}' is not a schema in this document (only local '#/...' references are supported)"),
+                )
+            })?;
+        let slot = self.add(Node::Any, path)?;
+        self.refs.insert(target.to_string(), slot);
+        let id = self.node(schema, path, depth + 1)?;
+        self.nodes[slot] = self.nodes[id].clone();
+        Ok(slot)
     }
 
     fn object(
@@ -395,8 +529,34 @@ mod tests {
             "schema.properties.name.$ref"
         );
         assert_eq!(
-            refused(person(json!({"type": ["string", "null"]}))),
+            refused(person(json!({"type": ["integer", "number"]}))),
             "schema.properties.name.type"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"anyOf": [{"type": "object"}, {"properties": {}}]})
+            )),
+            "schema.properties.name.anyOf"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"anyOf": [{"type": "string"}], "type": "string"})
+            )),
+            "schema.properties.name.type"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"allOf": [{"type": "string"}, {"maxLength": 3}]})
+            )),
+            "schema.properties.name.allOf"
+        );
+        assert_eq!(
+            refused(person(json!({"$ref": "other.json#/Pet"}))),
+            "schema.properties.name.$ref"
+        );
+        assert_eq!(
+            refused(person(json!({"type": ["string", "null"], "items": {}}))),
+            "schema.properties.name.items"
         );
         assert_eq!(refused(json!({"type": "array"})), "schema");
         assert_eq!(
