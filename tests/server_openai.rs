@@ -598,8 +598,9 @@ fn json_replies_parse_match_their_schema_and_generate() {
         }
     }
 
-    // What Pydantic writes for optional fields and a nested model (`anyOf` with null, a
-    // list of types, `$defs` and `$ref`): the greedy reply matches and is `generate`'s.
+    // What Pydantic writes for optional fields, field bounds and a nested model (`anyOf`
+    // with null, a list of types, lengths and a range, `$defs` and `$ref`): the greedy
+    // reply matches and is `generate`'s.
     let schema = json!({
         "$defs": {"Pet": {
             "properties": {"name": {"title": "Name", "type": "string"},
@@ -608,9 +609,9 @@ fn json_replies_parse_match_their_schema_and_generate() {
             "additionalProperties": false,
         }},
         "properties": {
-            "name": {"title": "Name", "type": "string"},
+            "name": {"title": "Name", "type": "string", "minLength": 1, "maxLength": 12},
             "nickname": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null},
-            "age": {"type": ["integer", "null"]},
+            "age": {"type": ["integer", "null"], "minimum": 0, "maximum": 120},
             "pets": {"items": {"$ref": "#/$defs/Pet"}, "type": "array", "maxItems": 2},
         },
         "required": ["name", "nickname", "age", "pets"],
@@ -626,12 +627,17 @@ fn json_replies_parse_match_their_schema_and_generate() {
     assert_eq!(shaped["choices"][0]["finish_reason"], "stop", "{shaped}");
     let text = shaped["choices"][0]["message"]["content"].as_str().unwrap();
     let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
-    assert!(value["name"].is_string(), "{text:?}");
+    let name = value["name"].as_str().unwrap();
+    assert!((1..=12).contains(&name.chars().count()), "{text:?}");
     assert!(
         value["nickname"].is_string() || value["nickname"].is_null(),
         "{text:?}"
     );
-    assert!(value["age"].is_i64() || value["age"].is_null(), "{text:?}");
+    let age = &value["age"];
+    assert!(
+        age.is_null() || age.as_i64().is_some_and(|a| (0..=120).contains(&a)),
+        "{text:?}"
+    );
     let pets = value["pets"].as_array().unwrap();
     assert!(pets.len() <= 2, "{text:?}");
     for pet in pets {

@@ -113,6 +113,82 @@ impl Num {
     }
 }
 
+/// An integer being read against an inclusive range: its sign and digits so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IntRange {
+    lo: i64,
+    hi: i64,
+    negative: bool,
+    /// Whether a digit has been read.
+    digits: bool,
+    /// The digits' value, held at most just past what an i64 holds.
+    value: i128,
+}
+
+/// Past this a value is out of every i64 range (and `value · 10^19` fits an i128).
+const VALUE_CAP: i128 = 10_000_000_000_000_000_000;
+
+impl IntRange {
+    fn new(lo: i64, hi: i64) -> IntRange {
+        IntRange {
+            lo,
+            hi,
+            negative: false,
+            digits: false,
+            value: 0,
+        }
+    }
+
+    /// Reads `c` (a sign or a digit the grammar took, leaving the number in `state`);
+    /// whether some integer the number can still become lies in the range.
+    fn read(&mut self, c: char, state: Num) -> bool {
+        match c.to_digit(10) {
+            Some(d) => {
+                self.value = (self.value * 10 + i128::from(d)).min(VALUE_CAP);
+                self.digits = true;
+            }
+            None => self.negative = true,
+        }
+        let (lo, hi) = (i128::from(self.lo), i128::from(self.hi));
+        if !self.digits {
+            // `-` alone: any negative integer, or `-0`.
+            return lo <= -1 || (lo <= 0 && 0 <= hi);
+        }
+        if state == Num::Zero {
+            // `0` and `-0` take no more digits.
+            return self.holds();
+        }
+        // With k more digits it lies in value·10^k ..= value·10^k + 10^k − 1 (negated
+        // for a negative one), which moves away from zero as k grows.
+        let mut scale: i128 = 1;
+        for _ in 0..=19 {
+            let (near, far) = (self.value * scale, self.value * scale + scale - 1);
+            let (a, b) = match self.negative {
+                false => (near, far),
+                true => (-far, -near),
+            };
+            if a <= hi && lo <= b {
+                return true;
+            }
+            if (!self.negative && a > hi) || (self.negative && b < lo) {
+                return false;
+            }
+            scale *= 10;
+        }
+        false
+    }
+
+    /// Whether the integer read so far lies in the range.
+    fn holds(&self) -> bool {
+        let value = if self.negative {
+            -self.value
+        } else {
+            self.value
+        };
+        self.digits && i128::from(self.lo) <= value && value <= i128::from(self.hi)
+    }
+}
+
 /// Where an object is, between its tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ObjectAt {
@@ -159,10 +235,19 @@ enum Frame {
         at: ArrayAt,
         count: usize,
     },
-    /// A string.
-    Str(Escape),
-    /// A number.
-    Num { state: Num, integer: bool },
+    /// A string: its escape state, the characters read and how many it may have.
+    Str {
+        escape: Escape,
+        len: usize,
+        min: usize,
+        max: usize,
+    },
+    /// A number, and the range an integer must end in.
+    Num {
+        state: Num,
+        integer: bool,
+        range: Option<IntRange>,
+    },
     /// `true`, `false` or `null`, `at` bytes read.
     Literal { word: &'static [u8], at: u8 },
     /// One of node `id`'s choices, `text` written so far.
@@ -221,24 +306,52 @@ impl JsonPrefix {
                         return true;
                     }
                 }
-                Frame::Str(escape) => {
+                Frame::Str {
+                    escape,
+                    len,
+                    min,
+                    max,
+                } => {
                     if *escape == Escape::No && c == '"' {
+                        if *len < *min {
+                            return false;
+                        }
                         self.value_done();
                         return true;
                     }
+                    // Any character but the closing quote, or an escape, adds one.
+                    if *escape == Escape::No && *len >= *max {
+                        return false;
+                    }
                     match escape.next(c) {
-                        Some(next) => *escape = next,
+                        Some(next) => {
+                            // A character is whole when the state is back to plain.
+                            *len += usize::from(next == Escape::No);
+                            *escape = next;
+                        }
                         None => return false,
                     }
                     return true;
                 }
-                Frame::Num { state, integer } => match state.next(c, *integer) {
+                Frame::Num {
+                    state,
+                    integer,
+                    range,
+                } => match state.next(c, *integer) {
                     Some(next) => {
+                        if range.as_mut().is_some_and(|r| !r.read(c, next)) {
+                            return false;
+                        }
                         *state = next;
                         return true;
                     }
                     // The number ended before `c`, which its container reads next.
-                    None if state.complete() => self.value_done(),
+                    None if state.complete() => {
+                        if range.is_some_and(|r| !r.holds()) {
+                            return false;
+                        }
+                        self.value_done();
+                    }
                     None => return false,
                 },
                 Frame::Literal { word, at } => {
@@ -423,16 +536,34 @@ fn is_blank(c: char) -> bool {
 /// The frame a value of node `id` starts with `c`, if it can.
 fn start(schema: &Schema, id: usize, c: char) -> Option<Frame> {
     let literal = |word: &'static [u8]| Frame::Literal { word, at: 1 };
-    let number = |integer| Num::start(c).map(|state| Frame::Num { state, integer });
+    let number = |integer, bounds: Option<(i64, i64)>| {
+        let state = Num::start(c)?;
+        let mut range = bounds.map(|(lo, hi)| IntRange::new(lo, hi));
+        if range.as_mut().is_some_and(|r| !r.read(c, state)) {
+            return None;
+        }
+        Some(Frame::Num {
+            state,
+            integer,
+            range,
+        })
+    };
+    let string = |min, max| Frame::Str {
+        escape: Escape::No,
+        len: 0,
+        min,
+        max,
+    };
     match (schema.node(id), c) {
         (Node::Any, '{') => start(schema, ANY_OBJECT, c),
         (Node::Any, '[') => start(schema, ANY_ARRAY, c),
-        (Node::Any | Node::String, '"') => Some(Frame::Str(Escape::No)),
+        (Node::Any, '"') => Some(string(0, usize::MAX)),
+        (Node::String { min, max }, '"') => Some(string(*min, *max)),
         (Node::Any, 't') | (Node::Boolean, 't') => Some(literal(b"true")),
         (Node::Any, 'f') | (Node::Boolean, 'f') => Some(literal(b"false")),
         (Node::Any, 'n') | (Node::Null, 'n') => Some(literal(b"null")),
-        (Node::Any, _) => number(false),
-        (Node::Number { integer }, _) => number(*integer),
+        (Node::Any, _) => number(false, None),
+        (Node::Number { integer, range }, _) => number(*integer, *range),
         (Node::Object { .. }, '{') => Some(Frame::Object {
             id,
             at: ObjectAt::Open,
@@ -791,5 +922,85 @@ mod tests {
         for (schema, text) in refuses {
             assert_eq!(read_as(schema, text).filter(|&done| done), None, "{text}");
         }
+    }
+
+    /// An object whose `n` is an integer of the given JSON Schema bounds.
+    fn bounded(bounds: serde_json::Value) -> Schema {
+        let mut n = json!({"type": "integer"});
+        n.as_object_mut()
+            .unwrap()
+            .extend(bounds.as_object().unwrap().clone());
+        Schema::compile(&json!({"type": "object", "properties": {"n": n}})).unwrap()
+    }
+
+    #[test]
+    fn integer_bounds_take_exactly_the_integers_within_them_and_their_prefixes() {
+        for (bounds, lo, hi) in [
+            (json!({"minimum": -150, "maximum": 1200}), -150, 1200),
+            (
+                json!({"exclusiveMinimum": 9.5, "exclusiveMaximum": 40}),
+                10,
+                39,
+            ),
+            (json!({"minimum": -30.5, "maximum": -7}), -30, -7),
+            (json!({"minimum": 0}), 0, 99_999),
+        ] {
+            let schema = bounded(bounds.clone());
+            let members: Vec<String> = (lo..=hi).map(|n: i64| n.to_string()).collect();
+            let mut prefixes = std::collections::HashSet::new();
+            for m in &members {
+                for end in 1..=m.len() {
+                    prefixes.insert(m[..end].to_string());
+                }
+            }
+            // `-0` is zero too.
+            if lo <= 0 && 0 <= hi {
+                prefixes.insert("-".into());
+                prefixes.insert("-0".into());
+            }
+            // Every text of up to four signs and digits: a prefix exactly when some
+            // member (or, past the search, some larger one) starts with it.
+            let symbols: Vec<char> = "-0123456789".chars().collect();
+            let mut texts = vec![String::new()];
+            for _ in 0..4 {
+                let longer: Vec<String> = texts
+                    .iter()
+                    .flat_map(|t| symbols.iter().map(move |c| format!("{t}{c}")))
+                    .collect();
+                for text in &longer {
+                    let open = read_as(&schema, &format!("{{\"n\":{text}")).is_some();
+                    let done = read_as(&schema, &format!("{{\"n\":{text}}}")) == Some(true);
+                    // Past the search a bound of 99 999 stands for none: any digits
+                    // that start without a zero grow past it.
+                    let grows = hi == 99_999
+                        && text.starts_with(|c: char| ('1'..='9').contains(&c))
+                        && text.chars().all(|c| c.is_ascii_digit());
+                    let want_open = prefixes.contains(text) || grows;
+                    assert_eq!(open, want_open, "{bounds} prefix {text:?}");
+                    let value = text.parse::<i64>().ok().filter(|_| want_open);
+                    let want_done = value.is_some_and(|v| lo <= v && v <= hi);
+                    assert_eq!(done, want_done, "{bounds} whole {text:?}");
+                }
+                texts = longer;
+            }
+        }
+    }
+
+    #[test]
+    fn string_lengths_count_characters_and_escapes_once() {
+        let schema = Schema::compile(&json!({"type": "object", "properties": {
+            "s": {"type": "string", "minLength": 2, "maxLength": 4}}}))
+        .unwrap();
+        let whole = |inner: &str| read_as(&schema, &format!("{{\"s\":\"{inner}\"}}"));
+        for inner in ["ab", "abcd", "é✓", r"\n\t", r"a\u00e9\uD83D\uDE00b"] {
+            assert_eq!(whole(inner), Some(true), "{inner}");
+        }
+        for inner in ["", "a", r"\n", "abcde", r"abcd\n", r"\uD83D\uDE00"] {
+            assert_eq!(whole(inner), None, "{inner}");
+        }
+        // The fifth character is refused as it comes, not at the quote.
+        assert_eq!(read_as(&schema, "{\"s\":\"abcd"), Some(false));
+        assert_eq!(read_as(&schema, "{\"s\":\"abcde"), None);
+        assert_eq!(read_as(&schema, "{\"s\":\"abcd\\"), None);
     }
 }

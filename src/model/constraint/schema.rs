@@ -1,6 +1,7 @@
 //! JSON Schemas compiled for the validator: the subset OpenAI's structured outputs use
 //! (`type`, a single name or a list, `properties`, `required`, `additionalProperties`,
-//! `items`, `minItems`, `maxItems`, `enum`, `const`, `anyOf` / `oneOf` of branches that
+//! `items`, `minItems`, `maxItems`, `minLength`, `maxLength`, an integer's `minimum`,
+//! `maximum` and their exclusive forms, `enum`, `const`, `anyOf` / `oneOf` of branches that
 //! start differently, `allOf` of one schema, local `$ref`s into `$defs` or
 //! `definitions`, recursive ones included — what Pydantic writes for optional fields and
 //! nested models; annotations such as `description` are read past). Any other keyword
@@ -50,10 +51,14 @@ pub(crate) enum Node {
         min: usize,
         max: Option<usize>,
     },
-    /// A string.
-    String,
-    /// A number; only integers (no fraction or exponent) when `integer`.
-    Number { integer: bool },
+    /// A string of `min..=max` characters (code points; an escape is one).
+    String { min: usize, max: usize },
+    /// A number; only integers (no fraction or exponent) when `integer`, then within
+    /// `range` when it has one.
+    Number {
+        integer: bool,
+        range: Option<(i64, i64)>,
+    },
     /// `true` or `false`.
     Boolean,
     /// `null`.
@@ -200,6 +205,12 @@ impl Compiler<'_> {
             "items",
             "minItems",
             "maxItems",
+            "minLength",
+            "maxLength",
+            "minimum",
+            "maximum",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
             "enum",
             "const",
         ];
@@ -241,6 +252,12 @@ impl Compiler<'_> {
             };
         }
         if let Some(choices) = choices(map, path)? {
+            if let Some(key) = BOUNDS.iter().find(|k| map.contains_key(**k)) {
+                return Err(error(
+                    &format!("{path}.{key}"),
+                    format!("'{key}' beside 'enum' or 'const' is not supported yet"),
+                ));
+            }
             return self.add(Node::Choice(choices), path);
         }
         let kinds: Vec<&str> = match map.get("type") {
@@ -269,12 +286,21 @@ impl Compiler<'_> {
             ("items", "array"),
             ("minItems", "array"),
             ("maxItems", "array"),
+            ("minLength", "string"),
+            ("maxLength", "string"),
+            ("minimum", "integer"),
+            ("maximum", "integer"),
+            ("exclusiveMinimum", "integer"),
+            ("exclusiveMaximum", "integer"),
         ] {
             if map.contains_key(key) && !kinds.contains(&needs) {
-                return Err(error(
-                    &format!("{path}.{key}"),
-                    format!("'{key}' needs type {needs}"),
-                ));
+                let message = match needs {
+                    "integer" if kinds.contains(&"number") => format!(
+                        "'{key}' is supported on integers only (type integer), not yet on numbers with fractions"
+                    ),
+                    _ => format!("'{key}' needs type {needs}"),
+                };
+                return Err(error(&format!("{path}.{key}"), message));
             }
         }
         let mut branches = Vec::with_capacity(kinds.len());
@@ -296,9 +322,15 @@ impl Compiler<'_> {
             "any" => return Ok(ANY),
             "object" => self.object(map, path, depth)?,
             "array" => self.array(map, path, depth)?,
-            "string" => Node::String,
-            "number" => Node::Number { integer: false },
-            "integer" => Node::Number { integer: true },
+            "string" => lengths(map, path)?,
+            "number" => Node::Number {
+                integer: false,
+                range: None,
+            },
+            "integer" => Node::Number {
+                integer: true,
+                range: range(map, path)?,
+            },
             "boolean" => Node::Boolean,
             "null" => Node::Null,
             other => {
@@ -340,7 +372,7 @@ impl Compiler<'_> {
             Node::Any => u128::MAX,
             Node::Object { .. } => bit(b'{'),
             Node::Array { .. } => bit(b'['),
-            Node::String => bit(b'"'),
+            Node::String { .. } => bit(b'"'),
             Node::Number { .. } => (b'0'..=b'9').fold(bit(b'-'), |all, d| all | bit(d)),
             Node::Boolean => bit(b't') | bit(b'f'),
             Node::Null => bit(b'n'),
@@ -459,6 +491,61 @@ impl Compiler<'_> {
     }
 }
 
+/// Keywords that bound a string's length or an integer.
+const BOUNDS: [&str; 6] = [
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+];
+
+/// A string node with `map`'s `minLength` and `maxLength`.
+fn lengths(map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
+    let count = |key: &str| match map.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
+            .ok_or_else(|| error(&format!("{path}.{key}"), "must be a non-negative integer")),
+    };
+    let (min, max) = (count("minLength")?.unwrap_or(0), count("maxLength")?);
+    let max = max.unwrap_or(usize::MAX);
+    if max < min {
+        return Err(error(&format!("{path}.maxLength"), "is below minLength"));
+    }
+    Ok(Node::String { min, max })
+}
+
+/// The inclusive range an integer's `minimum`, `maximum`, `exclusiveMinimum` and
+/// `exclusiveMaximum` leave (`None` without any), within what an i64 holds.
+fn range(map: &Map<String, Value>, path: &str) -> Result<Option<(i64, i64)>, SchemaError> {
+    if !BOUNDS[2..].iter().any(|k| map.contains_key(*k)) {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (i64::MIN as f64, i64::MAX as f64);
+    for key in &BOUNDS[2..] {
+        let Some(value) = map.get(*key) else {
+            continue;
+        };
+        let x = value
+            .as_f64()
+            .ok_or_else(|| error(&format!("{path}.{key}"), "must be a number"))?;
+        match *key {
+            "minimum" => lo = lo.max(x.ceil()),
+            "exclusiveMinimum" => lo = lo.max(x.floor() + 1.0),
+            "maximum" => hi = hi.min(x.floor()),
+            _ => hi = hi.min(x.ceil() - 1.0),
+        }
+    }
+    if lo > hi {
+        return Err(error(path, "no integer lies within its bounds"));
+    }
+    // Exact for the bounds schemas write (|x| < 2^53); `as` saturates beyond i64.
+    Ok(Some((lo as i64, hi as i64)))
+}
+
 /// The compact JSON texts an `enum` or `const` allows, if it has either.
 fn choices(map: &Map<String, Value>, path: &str) -> Result<Option<Vec<String>>, SchemaError> {
     let values = match (map.get("enum"), map.get("const")) {
@@ -557,6 +644,32 @@ mod tests {
         assert_eq!(
             refused(person(json!({"type": ["string", "null"], "items": {}}))),
             "schema.properties.name.items"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "number", "minimum": 0}))),
+            "schema.properties.name.minimum"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"type": "string", "enum": ["a"], "maxLength": 3})
+            )),
+            "schema.properties.name.maxLength"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"type": "string", "minLength": 3, "maxLength": 2})
+            )),
+            "schema.properties.name.maxLength"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"type": "integer", "exclusiveMinimum": 1, "maximum": 1.5})
+            )),
+            "schema.properties.name"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "integer", "minimum": "0"}))),
+            "schema.properties.name.minimum"
         );
         assert_eq!(refused(json!({"type": "array"})), "schema");
         assert_eq!(
