@@ -54,8 +54,11 @@ pub struct GenerateArgs {
     #[arg(long, conflicts_with_all = ["force_tokens", "json_schema"])]
     json_object: bool,
     /// Hold the output to JSON matching this JSON Schema (inline JSON, or @FILE), as the
-    /// server's response_format json_schema: type, properties, required,
-    /// additionalProperties, items, minItems, maxItems, enum and const.
+    /// server's response_format json_schema: type (a name or a list), properties,
+    /// required, additionalProperties, items, minItems, maxItems, minLength, maxLength,
+    /// pattern, format (date, time, date-time, uuid, email, ipv4), integer bounds, enum,
+    /// const, anyOf/oneOf of differently starting branches, and local $refs into $defs
+    /// (what Pydantic models produce); anything else is refused by its path.
     #[arg(long, value_name = "SCHEMA", conflicts_with = "force_tokens")]
     json_schema: Option<String>,
 }

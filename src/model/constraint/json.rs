@@ -4,6 +4,8 @@
 //! value is complete. Whitespace runs outside strings are bounded so that a constrained
 //! model cannot pad forever.
 
+use regex_automata::util::primitives::StateID;
+
 use super::schema::{Node, Schema, ANY, ANY_ARRAY, ANY_OBJECT};
 
 /// Longest run of whitespace accepted outside strings: room for a newline and the
@@ -15,49 +17,73 @@ pub(crate) const MAX_WHITESPACE_RUN: u8 = 33;
 enum Escape {
     /// Plain characters.
     No,
-    /// After `\`; `low` when it must open a low surrogate's `\u`.
-    Backslash { low: bool },
-    /// After `\u`: `left` hex digits still to come, the `value` of those read, and
-    /// whether it must be a low surrogate (`DC00`–`DFFF`).
-    Hex { left: u8, value: u16, low: bool },
+    /// After `\`; `high` holds a high surrogate whose low half this escape must be.
+    Backslash { high: Option<u16> },
+    /// After `\u`: `left` hex digits still to come, the `value` of those read, and the
+    /// high surrogate it must complete, if any.
+    Hex {
+        left: u8,
+        value: u16,
+        high: Option<u16>,
+    },
     /// After a high surrogate's `\uD800`–`\uDBFF`: its low half must follow.
-    Pair,
+    Pair { high: u16 },
 }
 
 impl Escape {
     /// The state after `c` inside a string, or `None` when `c` is not allowed there;
-    /// an unescaped `"` (the end) is the caller's to see first. A `\u` escape of a
-    /// surrogate must be a high one followed at once by a low one: RFC 8259's grammar
-    /// admits a lone one, but it is no character, and strict parsers (serde_json,
-    /// Go's, Rust's `String`) refuse it.
+    /// an unescaped `"` (the end) is the caller's to see first.
     fn next(self, c: char) -> Option<Escape> {
+        self.step(c).map(|(next, _)| next)
+    }
+
+    /// As [`Self::next`], with the character of the string's value that `c` completes,
+    /// if it completes one (a plain character, or an escape's last character). A `\u`
+    /// escape of a surrogate must be a high one followed at once by a low one: RFC
+    /// 8259's grammar admits a lone one, but it is no character, and strict parsers
+    /// (serde_json, Go's, Rust's `String`) refuse it.
+    fn step(self, c: char) -> Option<(Escape, Option<char>)> {
+        let simple = |c: char| match c {
+            '"' | '\\' | '/' => Some(c),
+            'b' => Some('\u{8}'),
+            'f' => Some('\u{c}'),
+            'n' => Some('\n'),
+            'r' => Some('\r'),
+            't' => Some('\t'),
+            _ => None,
+        };
         match (self, c) {
-            (Escape::No, '\\') => Some(Escape::Backslash { low: false }),
+            (Escape::No, '\\') => Some((Escape::Backslash { high: None }, None)),
             (Escape::No, c) if (c as u32) < 0x20 => None,
-            (Escape::No, _) => Some(Escape::No),
-            (Escape::Pair, '\\') => Some(Escape::Backslash { low: true }),
-            (Escape::Backslash { low: false }, '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => {
-                Some(Escape::No)
+            (Escape::No, c) => Some((Escape::No, Some(c))),
+            (Escape::Pair { high }, '\\') => Some((Escape::Backslash { high: Some(high) }, None)),
+            (Escape::Backslash { high: None }, c) if simple(c).is_some() => {
+                Some((Escape::No, simple(c)))
             }
-            (Escape::Backslash { low }, 'u') => Some(Escape::Hex {
-                left: 4,
-                value: 0,
-                low,
-            }),
-            (Escape::Hex { left, value, low }, c) => {
+            (Escape::Backslash { high }, 'u') => Some((
+                Escape::Hex {
+                    left: 4,
+                    value: 0,
+                    high,
+                },
+                None,
+            )),
+            (Escape::Hex { left, value, high }, c) => {
                 let value = value << 4 | c.to_digit(16)? as u16;
                 if left > 1 {
-                    return Some(Escape::Hex {
-                        left: left - 1,
-                        value,
-                        low,
-                    });
+                    let left = left - 1;
+                    return Some((Escape::Hex { left, value, high }, None));
                 }
-                match (low, value) {
-                    (true, 0xDC00..=0xDFFF) => Some(Escape::No),
-                    (true, _) | (false, 0xDC00..=0xDFFF) => None,
-                    (false, 0xD800..=0xDBFF) => Some(Escape::Pair),
-                    (false, _) => Some(Escape::No),
+                match (high, value) {
+                    (Some(high), 0xDC00..=0xDFFF) => {
+                        let code = 0x10000
+                            + ((u32::from(high) - 0xD800) << 10)
+                            + (u32::from(value) - 0xDC00);
+                        Some((Escape::No, char::from_u32(code)))
+                    }
+                    (Some(_), _) | (None, 0xDC00..=0xDFFF) => None,
+                    (None, 0xD800..=0xDBFF) => Some((Escape::Pair { high: value }, None)),
+                    (None, _) => Some((Escape::No, char::from_u32(u32::from(value)))),
                 }
             }
             _ => None,
@@ -235,12 +261,14 @@ enum Frame {
         at: ArrayAt,
         count: usize,
     },
-    /// A string: its escape state, the characters read and how many it may have.
+    /// A string: its escape state, the characters read, how many it may have, and its
+    /// pattern's index and state when it has one.
     Str {
         escape: Escape,
         len: usize,
         min: usize,
         max: usize,
+        pattern: Option<(usize, StateID)>,
     },
     /// A number, and the range an integer must end in.
     Num {
@@ -311,9 +339,12 @@ impl JsonPrefix {
                     len,
                     min,
                     max,
+                    pattern,
                 } => {
                     if *escape == Escape::No && c == '"' {
-                        if *len < *min {
+                        let matched =
+                            pattern.is_none_or(|(id, state)| schema.pattern(id).accepts(state));
+                        if *len < *min || !matched {
                             return false;
                         }
                         self.value_done();
@@ -323,14 +354,17 @@ impl JsonPrefix {
                     if *escape == Escape::No && *len >= *max {
                         return false;
                     }
-                    match escape.next(c) {
-                        Some(next) => {
-                            // A character is whole when the state is back to plain.
-                            *len += usize::from(next == Escape::No);
-                            *escape = next;
+                    let Some((next, whole)) = escape.step(c) else {
+                        return false;
+                    };
+                    if let (Some(ch), Some((id, state))) = (whole, pattern.as_mut()) {
+                        match schema.pattern(*id).step(*state, ch) {
+                            Some(after) => *state = after,
+                            None => return false,
                         }
-                        None => return false,
                     }
+                    *len += usize::from(whole.is_some());
+                    *escape = next;
                     return true;
                 }
                 Frame::Num {
@@ -548,17 +582,18 @@ fn start(schema: &Schema, id: usize, c: char) -> Option<Frame> {
             range,
         })
     };
-    let string = |min, max| Frame::Str {
+    let string = |min, max, pattern: Option<usize>| Frame::Str {
         escape: Escape::No,
         len: 0,
         min,
         max,
+        pattern: pattern.map(|id| (id, schema.pattern(id).start())),
     };
     match (schema.node(id), c) {
         (Node::Any, '{') => start(schema, ANY_OBJECT, c),
         (Node::Any, '[') => start(schema, ANY_ARRAY, c),
-        (Node::Any, '"') => Some(string(0, usize::MAX)),
-        (Node::String { min, max }, '"') => Some(string(*min, *max)),
+        (Node::Any, '"') => Some(string(0, usize::MAX, None)),
+        (Node::String { min, max, pattern }, '"') => Some(string(*min, *max, *pattern)),
         (Node::Any, 't') | (Node::Boolean, 't') => Some(literal(b"true")),
         (Node::Any, 'f') | (Node::Boolean, 'f') => Some(literal(b"false")),
         (Node::Any, 'n') | (Node::Null, 'n') => Some(literal(b"null")),
@@ -1002,5 +1037,118 @@ mod tests {
         assert_eq!(read_as(&schema, "{\"s\":\"abcd"), Some(false));
         assert_eq!(read_as(&schema, "{\"s\":\"abcde"), None);
         assert_eq!(read_as(&schema, "{\"s\":\"abcd\\"), None);
+    }
+
+    /// An object whose `s` is a string of the given schema keywords.
+    fn shaped_string(keywords: serde_json::Value) -> Schema {
+        let mut string = json!({"type": "string"});
+        string
+            .as_object_mut()
+            .unwrap()
+            .extend(keywords.as_object().unwrap().clone());
+        Schema::compile(&json!({"type": "object", "properties": {"s": string}})).unwrap()
+    }
+
+    #[test]
+    fn patterns_take_exactly_their_strings_and_prefixes() {
+        // Anchored: two or three of a and b, then maybe a c.
+        let anchored = shaped_string(json!({"pattern": "^[ab]{2,3}c?$"}));
+        let member = |t: &str| {
+            let body = t.strip_suffix('c').unwrap_or(t);
+            (2..=3).contains(&body.len()) && body.chars().all(|c| c == 'a' || c == 'b')
+        };
+        // Unanchored: contains "ab" somewhere.
+        let unanchored = shaped_string(json!({"pattern": "ab"}));
+        let mut texts = vec![String::new()];
+        for _ in 0..5 {
+            texts = texts
+                .iter()
+                .flat_map(|t| "abcx".chars().map(move |c| format!("{t}{c}")))
+                .collect();
+            for text in &texts {
+                let open =
+                    |schema: &Schema| read_as(schema, &format!("{{\"s\":\"{text}")).is_some();
+                let whole = |schema: &Schema| {
+                    read_as(schema, &format!("{{\"s\":\"{text}\"}}")) == Some(true)
+                };
+                // A prefix of a member: some member starts with it (members are at most 4 long).
+                let mut growable = vec![text.clone()];
+                for _ in 0..4 {
+                    growable = growable
+                        .iter()
+                        .flat_map(|t| ["", "a", "b", "c"].map(|c| format!("{t}{c}")))
+                        .collect();
+                }
+                assert_eq!(
+                    open(&anchored),
+                    growable.iter().any(|t| member(t)),
+                    "{text}"
+                );
+                assert_eq!(whole(&anchored), member(text), "{text}");
+                assert!(open(&unanchored), "{text}");
+                assert_eq!(whole(&unanchored), text.contains("ab"), "{text}");
+            }
+        }
+        // The value is matched, not its JSON spelling; `\d` is ASCII as in ECMA-262.
+        let accented = shaped_string(json!({"pattern": "^é\n[0-9]$"}));
+        assert_eq!(read_as(&accented, r#"{"s":"\u00e9\n7"}"#), Some(true));
+        assert_eq!(read_as(&accented, r#"{"s":"é\n7"}"#), Some(true));
+        assert_eq!(read_as(&accented, r#"{"s":"e"#), None);
+        let digits = shaped_string(json!({"pattern": "^\\d+$"}));
+        assert_eq!(read_as(&digits, r#"{"s":"123"}"#), Some(true));
+        assert_eq!(read_as(&digits, "{\"s\":\"1\u{663}"), None);
+    }
+
+    #[test]
+    fn formats_take_what_their_rfcs_write() {
+        for (format, good, bad) in [
+            (
+                "date",
+                &["2024-02-29", "1999-12-31"][..],
+                &["2024-13-01", "2024-1-01", "2024-01-32", "24-01-01"][..],
+            ),
+            (
+                "time",
+                &["07:08:09Z", "23:59:60.5+02:00"],
+                &["24:00:00Z", "07:08:09", "7:08:09Z"],
+            ),
+            (
+                "date-time",
+                &["2024-05-06T07:08:09Z", "2024-05-06t07:08:09.123-11:30"],
+                &["2024-05-06 07:08:09Z", "2024-05-06T07:08Z"],
+            ),
+            (
+                "uuid",
+                &["123e4567-e89b-12d3-a456-426614174000"],
+                &[
+                    "123e4567e89b12d3a456426614174000",
+                    "123e4567-e89b-12d3-a456-42661417400g",
+                ],
+            ),
+            (
+                "email",
+                &["ann.lee+x@mail.example.org"],
+                &["ann@localhost", "ann lee@example.org", "@example.org"],
+            ),
+            (
+                "ipv4",
+                &["192.168.0.1", "0.0.0.0", "255.255.255.255"],
+                &["256.1.1.1", "1.2.3", "01.2.3.4"],
+            ),
+        ] {
+            let schema = shaped_string(json!({"format": format}));
+            for text in good {
+                let json = format!("{{\"s\":\"{text}\"}}");
+                assert_eq!(read_as(&schema, &json), Some(true), "{format} {text}");
+            }
+            for text in bad {
+                let json = format!("{{\"s\":\"{text}\"}}");
+                assert_eq!(
+                    read_as(&schema, &json).filter(|&d| d),
+                    None,
+                    "{format} {text}"
+                );
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! JSON Schemas compiled for the validator: the subset OpenAI's structured outputs use
 //! (`type`, a single name or a list, `properties`, `required`, `additionalProperties`,
-//! `items`, `minItems`, `maxItems`, `minLength`, `maxLength`, an integer's `minimum`,
-//! `maximum` and their exclusive forms, `enum`, `const`, `anyOf` / `oneOf` of branches that
+//! `items`, `minItems`, `maxItems`, `minLength`, `maxLength`, `pattern`, the common
+//! `format`s, an integer's `minimum`, `maximum` and their exclusive forms, `enum`,
+//! `const`, `anyOf` / `oneOf` of branches that
 //! start differently, `allOf` of one schema, local `$ref`s into `$defs` or
 //! `definitions`, recursive ones included — what Pydantic writes for optional fields and
 //! nested models; annotations such as `description` are read past). Any other keyword
@@ -10,6 +11,10 @@
 
 use std::collections::HashMap;
 
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::util::primitives::StateID;
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
 use serde_json::{Map, Value};
 
 /// Most properties one object schema may declare (a bit each in the validator).
@@ -51,8 +56,13 @@ pub(crate) enum Node {
         min: usize,
         max: Option<usize>,
     },
-    /// A string of `min..=max` characters (code points; an escape is one).
-    String { min: usize, max: usize },
+    /// A string of `min..=max` characters (code points; an escape is one), matching
+    /// pattern `pattern` of [`Schema::pattern`] when it has one.
+    String {
+        min: usize,
+        max: usize,
+        pattern: Option<usize>,
+    },
     /// A number; only integers (no fraction or exponent) when `integer`, then within
     /// `range` when it has one.
     Number {
@@ -75,7 +85,133 @@ pub(crate) enum Node {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schema {
     nodes: Vec<Node>,
+    /// The string patterns nodes point at.
+    patterns: Vec<Pattern>,
     root: usize,
+}
+
+/// Most bytes one pattern's automaton may take.
+const PATTERN_BYTES: usize = 4 << 20;
+
+/// A string `pattern` (or `format`), compiled to a DFA over the string value's UTF-8
+/// bytes that matches when the pattern matches anywhere in it, as JSON Schema's
+/// patterns do (`^` and `$` anchor at the value's ends). The DFA is minimal, so every
+/// state but the dead one can still reach a match: a string is refused the moment it
+/// can no longer match.
+#[derive(Clone, Debug)]
+pub(crate) struct Pattern {
+    source: String,
+    dfa: dense::DFA<Vec<u32>>,
+    start: StateID,
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Pattern) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Pattern {
+    /// Compiles ECMA-262 pattern `source` (the dialect JSON Schema names; `\\d` and `\\w`
+    /// are ASCII there, so they are here), or says why it cannot run.
+    fn compile(source: &str, path: &str) -> Result<Pattern, SchemaError> {
+        let whole = format!("(?s:.)*?(?:{})(?s:.)*", ascii_classes(source));
+        let config = dense::Config::new()
+            .match_kind(MatchKind::All)
+            .start_kind(StartKind::Anchored)
+            .minimize(true)
+            .dfa_size_limit(Some(PATTERN_BYTES))
+            .determinize_size_limit(Some(PATTERN_BYTES));
+        let dfa = dense::Builder::new()
+            .configure(config)
+            .build(&whole)
+            .map_err(|e| {
+                error(
+                    path,
+                    format!("the pattern {source:?} is not supported: {e}"),
+                )
+            })?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| {
+                error(
+                    path,
+                    format!("the pattern {source:?} is not supported: {e}"),
+                )
+            })?;
+        if dfa.is_dead_state(start) {
+            return Err(error(path, format!("no string matches {source:?}")));
+        }
+        Ok(Pattern {
+            source: source.to_string(),
+            dfa,
+            start,
+        })
+    }
+
+    /// The state before a string's first character.
+    pub(crate) fn start(&self) -> StateID {
+        self.start
+    }
+
+    /// The state after `c` from `state`, or `None` when no string going on so matches.
+    pub(crate) fn step(&self, state: StateID, c: char) -> Option<StateID> {
+        let mut state = state;
+        for &byte in c.encode_utf8(&mut [0; 4]).as_bytes() {
+            state = self.dfa.next_state(state, byte);
+        }
+        (!self.dfa.is_dead_state(state)).then_some(state)
+    }
+
+    /// Whether a string that ends in `state` matches.
+    pub(crate) fn accepts(&self, state: StateID) -> bool {
+        self.dfa.is_match_state(self.dfa.next_eoi_state(state))
+    }
+}
+
+/// `source` with ECMA-262's ASCII `\\d`, `\\D`, `\\w` and `\\W` spelled as ASCII classes
+/// (the regex engine's are Unicode's); every other escape is kept as written.
+fn ascii_classes(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut chars = source.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str("[0-9]"),
+            Some('D') => out.push_str("[^0-9]"),
+            Some('w') => out.push_str("[0-9A-Za-z_]"),
+            Some('W') => out.push_str("[^0-9A-Za-z_]"),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// The pattern a supported `format` stands for (RFC 3339 dates and times, RFC 4122
+/// UUIDs, dotted IPv4, and addresses of the common `local@domain.tld` shape, a subset of
+/// what RFC 5321 allows, so every reply is a valid one).
+fn format_pattern(format: &str) -> Option<String> {
+    const DATE: &str = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+    const TIME: &str =
+        "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    Some(match format {
+        "date" => format!("^{DATE}$"),
+        "time" => format!("^{TIME}$"),
+        "date-time" => format!("^{DATE}[Tt]{TIME}$"),
+        "uuid" => "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+            .to_string(),
+        "email" => "^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$".to_string(),
+        "ipv4" => format!("^({OCTET}\\.){{3}}{OCTET}$"),
+        _ => return None,
+    })
 }
 
 /// Node of any value.
@@ -100,6 +236,7 @@ impl Schema {
     pub fn any_object() -> Schema {
         Schema {
             nodes: base_nodes(),
+            patterns: Vec::new(),
             root: ANY_OBJECT,
         }
     }
@@ -108,6 +245,7 @@ impl Schema {
     pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
         let mut compiler = Compiler {
             nodes: base_nodes(),
+            patterns: Vec::new(),
             root: schema,
             refs: HashMap::new(),
         };
@@ -120,6 +258,7 @@ impl Schema {
         }
         Ok(Schema {
             nodes: compiler.nodes,
+            patterns: compiler.patterns,
             root,
         })
     }
@@ -132,6 +271,11 @@ impl Schema {
     /// Node `id`.
     pub(crate) fn node(&self, id: usize) -> &Node {
         &self.nodes[id]
+    }
+
+    /// Pattern `id` (of a [`Node::String`]).
+    pub(crate) fn pattern(&self, id: usize) -> &Pattern {
+        &self.patterns[id]
     }
 }
 
@@ -153,6 +297,7 @@ fn base_nodes() -> Vec<Node> {
 
 struct Compiler<'s> {
     nodes: Vec<Node>,
+    patterns: Vec<Pattern>,
     /// The whole schema, which `$ref`s point into.
     root: &'s Value,
     /// Each `$ref` compiled so far and its node, so a recursive one closes a loop.
@@ -207,6 +352,8 @@ impl Compiler<'_> {
             "maxItems",
             "minLength",
             "maxLength",
+            "pattern",
+            "format",
             "minimum",
             "maximum",
             "exclusiveMinimum",
@@ -252,7 +399,8 @@ impl Compiler<'_> {
             };
         }
         if let Some(choices) = choices(map, path)? {
-            if let Some(key) = BOUNDS.iter().find(|k| map.contains_key(**k)) {
+            let shaping = BOUNDS.iter().chain(&["pattern", "format"]);
+            if let Some(key) = shaping.into_iter().find(|k| map.contains_key(**k)) {
                 return Err(error(
                     &format!("{path}.{key}"),
                     format!("'{key}' beside 'enum' or 'const' is not supported yet"),
@@ -288,6 +436,8 @@ impl Compiler<'_> {
             ("maxItems", "array"),
             ("minLength", "string"),
             ("maxLength", "string"),
+            ("pattern", "string"),
+            ("format", "string"),
             ("minimum", "integer"),
             ("maximum", "integer"),
             ("exclusiveMinimum", "integer"),
@@ -322,7 +472,7 @@ impl Compiler<'_> {
             "any" => return Ok(ANY),
             "object" => self.object(map, path, depth)?,
             "array" => self.array(map, path, depth)?,
-            "string" => lengths(map, path)?,
+            "string" => self.string(map, path)?,
             "number" => Node::Number {
                 integer: false,
                 range: None,
@@ -501,6 +651,60 @@ const BOUNDS: [&str; 6] = [
     "exclusiveMaximum",
 ];
 
+impl Compiler<'_> {
+    /// A string node with `map`'s `minLength` and `maxLength`, or its `pattern` or
+    /// `format` (one of them, and neither beside a length: a length and a pattern could
+    /// leave a reply that can neither go on nor end).
+    fn string(&mut self, map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
+        let source = match (map.get("pattern"), map.get("format")) {
+            (Some(_), Some(_)) => {
+                return Err(error(
+                    &format!("{path}.format"),
+                    "'format' beside 'pattern' is not supported yet",
+                ))
+            }
+            (Some(Value::String(p)), None) => Some((p.clone(), "pattern")),
+            (Some(_), None) => return Err(error(&format!("{path}.pattern"), "must be a string")),
+            (None, Some(Value::String(f))) => match format_pattern(f) {
+                Some(p) => Some((p, "format")),
+                None => {
+                    return Err(error(
+                        &format!("{path}.format"),
+                        format!("the format '{f}' is not supported yet (date, time, date-time, uuid, email and ipv4 are)"),
+                    ))
+                }
+            },
+            (None, Some(_)) => return Err(error(&format!("{path}.format"), "must be a string")),
+            (None, None) => None,
+        };
+        let Some((source, key)) = source else {
+            return lengths(map, path);
+        };
+        if let Some(length) = ["minLength", "maxLength"]
+            .iter()
+            .find(|k| map.contains_key(**k))
+        {
+            return Err(error(
+                &format!("{path}.{length}"),
+                format!("'{length}' beside '{key}' is not supported yet"),
+            ));
+        }
+        let pattern = Pattern::compile(&source, &format!("{path}.{key}"))?;
+        let id = match self.patterns.iter().position(|p| *p == pattern) {
+            Some(id) => id,
+            None => {
+                self.patterns.push(pattern);
+                self.patterns.len() - 1
+            }
+        };
+        Ok(Node::String {
+            min: 0,
+            max: usize::MAX,
+            pattern: Some(id),
+        })
+    }
+}
+
 /// A string node with `map`'s `minLength` and `maxLength`.
 fn lengths(map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
     let count = |key: &str| match map.get(key) {
@@ -515,7 +719,11 @@ fn lengths(map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
     if max < min {
         return Err(error(&format!("{path}.maxLength"), "is below minLength"));
     }
-    Ok(Node::String { min, max })
+    Ok(Node::String {
+        min,
+        max,
+        pattern: None,
+    })
 }
 
 /// The inclusive range an integer's `minimum`, `maximum`, `exclusiveMinimum` and
@@ -604,8 +812,26 @@ mod tests {
         let refused = |schema: Value| Schema::compile(&schema).unwrap_err().path;
         let person = |name: Value| json!({"type": "object", "properties": {"name": name}});
         assert_eq!(
-            refused(person(json!({"type": "string", "pattern": "^a"}))),
+            refused(person(json!({"type": "string", "pattern": "^(?=a)"}))),
             "schema.properties.name.pattern"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "string", "pattern": "a^b"}))),
+            "schema.properties.name.pattern"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "string", "format": "uri"}))),
+            "schema.properties.name.format"
+        );
+        assert_eq!(
+            refused(person(
+                json!({"type": "string", "pattern": "a", "maxLength": 3})
+            )),
+            "schema.properties.name.maxLength"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "integer", "format": "date"}))),
+            "schema.properties.name.format"
         );
         assert_eq!(
             refused(person(json!({"anyOf": []}))),
