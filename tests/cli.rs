@@ -180,9 +180,9 @@ fn bad_input_gets_a_clear_error() {
         (
             [
                 "--json-schema",
-                r#"{"type": "object", "properties": {"a": {"pattern": "x"}}}"#,
+                r#"{"type": "object", "properties": {"a": {"multipleOf": 2}}}"#,
             ],
-            "schema.properties.a.pattern: 'pattern' is not supported yet",
+            "schema.properties.a.multipleOf: 'multipleOf' is not supported yet",
         ),
         (
             ["--json-schema", "@/nonexistent/schema.json"],

@@ -745,9 +745,9 @@ mod tests {
             let e = parse(text).unwrap_err();
             (e.code, e.param.unwrap_or_default())
         };
-        let pattern = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
-            "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}}}}"#;
-        let e = parse(pattern).unwrap_err();
+        let multiple = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
+            "schema": {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}}}}"#;
+        let e = parse(multiple).unwrap_err();
         assert_eq!(
             (e.code, e.param.as_deref()),
             (
@@ -756,7 +756,7 @@ mod tests {
             )
         );
         assert!(
-            e.message.contains("schema.properties.a.pattern"),
+            e.message.contains("schema.properties.a.multipleOf"),
             "{}",
             e.message
         );

@@ -4,6 +4,7 @@
 //! does ([`json`]'s validator over each token's text).
 
 mod json;
+mod pattern;
 mod schema;
 
 use std::sync::Arc;
