@@ -1,13 +1,12 @@
 //! JSON Schemas compiled for the validator: the subset OpenAI's structured outputs use
-//! (`type`, a single name or a list, `properties`, `required`, `additionalProperties`,
-//! `items`, `minItems`, `maxItems`, `minLength`, `maxLength`, `pattern`, the common
-//! `format`s, an integer's `minimum`, `maximum` and their exclusive forms, `enum`,
-//! `const`, `anyOf` / `oneOf` of branches that
-//! start differently, `allOf` of one schema, local `$ref`s into `$defs` or
-//! `definitions`, recursive ones included — what Pydantic writes for optional fields and
-//! nested models; annotations such as `description` are read past). Any other keyword
-//! is refused by its path, never ignored, since it would constrain the output and we
-//! would not.
+//! and Pydantic writes — `type` (a name or a list), `properties`, `required`,
+//! `additionalProperties`, `items`, `minItems`, `maxItems`, `minLength`, `maxLength`,
+//! `pattern`, the common `format`s, an integer's `minimum`, `maximum` and their
+//! exclusive forms, `enum`, `const`, `anyOf` / `oneOf` of branches that start
+//! differently, `allOf` of one schema, and local `$ref`s into `$defs` or `definitions`,
+//! recursive ones included; annotations such as `description` are read past. Any other
+//! keyword is refused by its path, never ignored, since it would constrain the output
+//! and we would not.
 
 use std::collections::HashMap;
 
