@@ -9,7 +9,11 @@ use regex_automata::{Anchored, MatchKind};
 use super::schema::{error, SchemaError};
 
 /// Most bytes one pattern's automaton may take.
-const PATTERN_BYTES: usize = 4 << 20;
+const PATTERN_BYTES: usize = 1 << 20;
+
+/// Most bytes the automata of one schema's patterns may take together, so that a
+/// schema of many large patterns is refused rather than held in memory.
+pub(super) const SCHEMA_PATTERN_BYTES: usize = 4 << 20;
 
 /// A string `pattern` (or `format`), compiled to a DFA over the string value's UTF-8
 /// bytes that matches when the pattern matches anywhere in it, as JSON Schema's
@@ -65,6 +69,11 @@ impl Pattern {
             dfa,
             start,
         })
+    }
+
+    /// Bytes its automaton takes.
+    pub(super) fn memory(&self) -> usize {
+        self.dfa.memory_usage()
     }
 
     /// The state before a string's first character.

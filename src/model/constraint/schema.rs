@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::pattern::{format_pattern, Pattern};
+use super::pattern::{format_pattern, Pattern, SCHEMA_PATTERN_BYTES};
 
 /// Most properties one object schema may declare (a bit each in the validator).
 pub(crate) const MAX_PROPERTIES: usize = 64;
@@ -563,10 +563,21 @@ impl Compiler<'_> {
                 format!("'{length}' beside '{key}' is not supported yet"),
             ));
         }
-        let pattern = Pattern::compile(&source, &format!("{path}.{key}"))?;
+        let at = format!("{path}.{key}");
+        let pattern = Pattern::compile(&source, &at)?;
         let id = match self.patterns.iter().position(|p| *p == pattern) {
             Some(id) => id,
             None => {
+                let held: usize = self.patterns.iter().map(Pattern::memory).sum();
+                if held + pattern.memory() > SCHEMA_PATTERN_BYTES {
+                    return Err(error(
+                        &at,
+                        format!(
+                            "the schema's patterns take more than {} MiB",
+                            SCHEMA_PATTERN_BYTES >> 20
+                        ),
+                    ));
+                }
                 self.patterns.push(pattern);
                 self.patterns.len() - 1
             }
@@ -707,6 +718,18 @@ mod tests {
             refused(person(json!({"type": "integer", "format": "date"}))),
             "schema.properties.name.format"
         );
+        // Many distinct large patterns are refused, not all held.
+        let properties: Map<String, Value> = (0..64)
+            .map(|i| {
+                let pattern = format!("^[a-p]{{1,1000}}{i}[0-9]{{1,300}}$");
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": pattern}),
+                )
+            })
+            .collect();
+        let many = Schema::compile(&json!({"type": "object", "properties": properties}));
+        assert!(many.unwrap_err().message.contains("MiB"));
         assert_eq!(
             refused(person(json!({"anyOf": []}))),
             "schema.properties.name.anyOf"
