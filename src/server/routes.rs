@@ -176,8 +176,15 @@ enum Input {
 
 async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, app.body_limit).await?;
-    let body = api::parse_body(&bytes)?;
-    let params = Params::parse(&body, kind)?;
+    // Off the async threads: a JSON Schema's patterns compile to automata here, which
+    // can take a good part of a second within their limits (decision 144).
+    let (body, params) = tokio::task::spawn_blocking(move || {
+        let body = api::parse_body(&bytes)?;
+        let params = Params::parse(&body, kind)?;
+        Ok::<_, ApiError>((body, params))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("reading the request failed: {e}")))??;
     if let Some(asked) = params.model.as_deref() {
         if asked != app.model_id {
             return Err(ApiError::unknown_model(asked, &app.model_id));
