@@ -34,7 +34,7 @@ impl PartialEq for Pattern {
 }
 
 impl Pattern {
-    /// Compiles ECMA-262 pattern `source` (the dialect JSON Schema names; `\\d` and `\\w`
+    /// Compiles ECMA-262 pattern `source` (the dialect JSON Schema names; `\d` and `\w`
     /// are ASCII there, so they are here), or says why it cannot run.
     pub(super) fn compile(source: &str, path: &str) -> Result<Pattern, SchemaError> {
         let whole = format!("(?s:.)*?(?:{})(?s:.)*", ascii_classes(source));
@@ -96,7 +96,7 @@ impl Pattern {
     }
 }
 
-/// `source` with ECMA-262's ASCII `\\d`, `\\D`, `\\w` and `\\W` spelled as ASCII classes
+/// `source` with ECMA-262's ASCII `\d`, `\D`, `\w` and `\W` spelled as ASCII classes
 /// (the regex engine's are Unicode's); every other escape is kept as written.
 fn ascii_classes(source: &str) -> String {
     let mut out = String::with_capacity(source.len());
