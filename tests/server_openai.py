@@ -4,16 +4,20 @@ Run by tests/server_openai.rs with the server's base URL as the only argument: a
 non-streaming and a streaming chat completion with the default model (the streamed
 text must equal the non-streamed text for the same seed at temperature 0), a
 completion, the model list, n = 3 choices (whole and streamed), log-probabilities in
-both of OpenAI's shapes (whole and streamed) parsed by the client's own types, and
-errors the client maps to its own exceptions (an unknown model, parameters the server
-does not implement).
+both of OpenAI's shapes (whole and streamed) parsed by the client's own types,
+structured output (a JSON Schema, and a Pydantic model through the client's `parse`),
+and errors the client maps to its own exceptions (an unknown model, parameters the
+server does not implement).
 """
 
 import json
 import sys
+from datetime import date
+from typing import List, Literal, Optional
 
 import openai
 from openai import OpenAI
+from pydantic import BaseModel, Field
 
 
 def main(base_url: str) -> None:
@@ -208,6 +212,31 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
     cat_object = json.loads(shaped.choices[0].message.content)
     assert set(cat_object) == {"name", "age"}, cat_object
     assert isinstance(cat_object["name"], str) and isinstance(cat_object["age"], int), cat_object
+
+    # The client's own structured outputs: it turns a Pydantic model into a strict schema
+    # ($defs and $ref, anyOf with null, a date format, lengths and bounds) and parses the
+    # reply back into the model.
+    parsed = client.beta.chat.completions.parse(
+        model=model, max_tokens=150, temperature=0,
+        messages=[{"role": "user", "content": "Describe a person named Ann with a dog as JSON."}],
+        response_format=Person,
+    ).choices[0].message.parsed
+    assert isinstance(parsed, Person), parsed
+    assert 0 <= parsed.age <= 120 and 1 <= len(parsed.pets) <= 2, parsed
+    assert all(pet.kind in ("cat", "dog") and len(pet.name) <= 20 for pet in parsed.pets), parsed
+
+
+class Pet(BaseModel):
+    name: str = Field(max_length=20)
+    kind: Literal["cat", "dog"]
+
+
+class Person(BaseModel):
+    name: str = Field(min_length=1, max_length=30)
+    nickname: Optional[str]
+    age: int = Field(ge=0, le=120)
+    born: date
+    pets: List[Pet] = Field(min_length=1, max_length=2)
 
 
 if __name__ == "__main__":
