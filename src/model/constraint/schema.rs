@@ -500,17 +500,7 @@ impl Compiler<'_> {
             None => ANY,
             Some(schema) => self.node(schema, &format!("{path}.items"), depth + 1)?,
         };
-        let count = |key: &str| match map.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| error(&format!("{path}.{key}"), "must be a non-negative integer")),
-        };
-        let (min, max) = (count("minItems")?.unwrap_or(0), count("maxItems")?);
-        if max.is_some_and(|max| max < min) {
-            return Err(error(&format!("{path}.maxItems"), "is below minItems"));
-        }
+        let (min, max) = counts(map, path, "minItems", "maxItems")?;
         Ok(Node::Array { items, min, max })
     }
 }
@@ -592,6 +582,22 @@ impl Compiler<'_> {
 
 /// A string node with `map`'s `minLength` and `maxLength`.
 fn lengths(map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
+    let (min, max) = counts(map, path, "minLength", "maxLength")?;
+    Ok(Node::String {
+        min,
+        max: max.unwrap_or(usize::MAX),
+        pattern: None,
+    })
+}
+
+/// `map`'s count bounds `low` and `high` (`minItems` and `maxItems`, `minLength` and
+/// `maxLength`): non-negative integers, the upper one not below the lower.
+fn counts(
+    map: &Map<String, Value>,
+    path: &str,
+    low: &str,
+    high: &str,
+) -> Result<(usize, Option<usize>), SchemaError> {
     let count = |key: &str| match map.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -599,16 +605,11 @@ fn lengths(map: &Map<String, Value>, path: &str) -> Result<Node, SchemaError> {
             .map(|n| Some(usize::try_from(n).unwrap_or(usize::MAX)))
             .ok_or_else(|| error(&format!("{path}.{key}"), "must be a non-negative integer")),
     };
-    let (min, max) = (count("minLength")?.unwrap_or(0), count("maxLength")?);
-    let max = max.unwrap_or(usize::MAX);
-    if max < min {
-        return Err(error(&format!("{path}.maxLength"), "is below minLength"));
+    let (min, max) = (count(low)?.unwrap_or(0), count(high)?);
+    if max.is_some_and(|max| max < min) {
+        return Err(error(&format!("{path}.{high}"), format!("is below {low}")));
     }
-    Ok(Node::String {
-        min,
-        max,
-        pattern: None,
-    })
+    Ok((min, max))
 }
 
 /// The inclusive range an integer's `minimum`, `maximum`, `exclusiveMinimum` and
