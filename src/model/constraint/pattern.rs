@@ -44,23 +44,19 @@ impl Pattern {
             .minimize(true)
             .dfa_size_limit(Some(PATTERN_BYTES))
             .determinize_size_limit(Some(PATTERN_BYTES));
+        let unsupported = |e: &dyn std::fmt::Display| {
+            error(
+                path,
+                format!("the pattern {source:?} is not supported: {e}"),
+            )
+        };
         let dfa = dense::Builder::new()
             .configure(config)
             .build(&whole)
-            .map_err(|e| {
-                error(
-                    path,
-                    format!("the pattern {source:?} is not supported: {e}"),
-                )
-            })?;
+            .map_err(|e| unsupported(&e))?;
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| {
-                error(
-                    path,
-                    format!("the pattern {source:?} is not supported: {e}"),
-                )
-            })?;
+            .map_err(|e| unsupported(&e))?;
         if dfa.is_dead_state(start) {
             return Err(error(path, format!("no string matches {source:?}")));
         }
@@ -69,6 +65,11 @@ impl Pattern {
             dfa,
             start,
         })
+    }
+
+    /// The pattern as the schema wrote it (a `format`'s: the pattern it stands for).
+    pub(super) fn source(&self) -> &str {
+        &self.source
     }
 
     /// Bytes its automaton takes.

@@ -403,7 +403,9 @@ impl Compiler<'_> {
             Node::Choice(texts) => texts
                 .iter()
                 .filter_map(|t| t.bytes().next())
-                .fold(0, |all, c| all | bit(c & 0x7f)),
+                .fold(0, |all, c| {
+                    all | if c.is_ascii() { bit(c) } else { u128::MAX }
+                }),
             Node::AnyOf(branches) => branches.iter().fold(0, |all, &b| all | self.starts(b)),
         }
     }
@@ -554,10 +556,11 @@ impl Compiler<'_> {
             ));
         }
         let at = format!("{path}.{key}");
-        let pattern = Pattern::compile(&source, &at)?;
-        let id = match self.patterns.iter().position(|p| *p == pattern) {
+        // A pattern written twice (a `$ref`'d string, a repeated format) compiles once.
+        let id = match self.patterns.iter().position(|p| p.source() == source) {
             Some(id) => id,
             None => {
+                let pattern = Pattern::compile(&source, &at)?;
                 let held: usize = self.patterns.iter().map(Pattern::memory).sum();
                 if held + pattern.memory() > SCHEMA_PATTERN_BYTES {
                     return Err(error(
