@@ -273,7 +273,16 @@ impl Compiler<'_> {
             };
         }
         if let Some(choices) = choices(map, path)? {
-            let shaping = BOUNDS.iter().chain(&["pattern", "format"]);
+            let shaping = BOUNDS.iter().chain(&[
+                "pattern",
+                "format",
+                "properties",
+                "required",
+                "additionalProperties",
+                "items",
+                "minItems",
+                "maxItems",
+            ]);
             if let Some(key) = shaping.into_iter().find(|k| map.contains_key(**k)) {
                 return Err(error(
                     &format!("{path}.{key}"),
@@ -645,14 +654,60 @@ fn range(map: &Map<String, Value>, path: &str) -> Result<Option<(i64, i64)>, Sch
 
 /// The compact JSON texts an `enum` or `const` allows, if it has either.
 fn choices(map: &Map<String, Value>, path: &str) -> Result<Option<Vec<String>>, SchemaError> {
-    let values = match (map.get("enum"), map.get("const")) {
+    let (key, values) = match (map.get("enum"), map.get("const")) {
         (Some(_), Some(_)) => return Err(error(path, "'enum' and 'const' together")),
-        (Some(Value::Array(values)), None) if !values.is_empty() => values.clone(),
+        (Some(Value::Array(values)), None) if !values.is_empty() => ("enum", values.clone()),
         (Some(_), None) => return Err(error(&format!("{path}.enum"), "must be a non-empty array")),
-        (None, Some(value)) => vec![value.clone()],
+        (None, Some(value)) => ("const", vec![value.clone()]),
         (None, None) => return Ok(None),
     };
-    Ok(Some(values.iter().map(Value::to_string).collect()))
+    // A `type` beside them keeps the values of that type (a value of another type can
+    // never match both).
+    let kinds: Vec<&str> = match map.get("type") {
+        None => Vec::new(),
+        Some(Value::String(kind)) => vec![kind.as_str()],
+        Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+        Some(_) => {
+            return Err(error(
+                &format!("{path}.type"),
+                "must be a type name or a list of them",
+            ))
+        }
+    };
+    let mut kept = Vec::with_capacity(values.len());
+    for value in &values {
+        let mut matches = kinds.is_empty();
+        for kind in &kinds {
+            matches |= is_of(value, kind)
+                .ok_or_else(|| error(&format!("{path}.type"), format!("unknown type '{kind}'")))?;
+        }
+        if matches {
+            kept.push(value.to_string());
+        }
+    }
+    if kept.is_empty() {
+        return Err(error(
+            &format!("{path}.{key}"),
+            "no value is of the type the schema declares",
+        ));
+    }
+    Ok(Some(kept))
+}
+
+/// Whether `value` is of JSON Schema type `kind` (`None`: no such type).
+fn is_of(value: &Value, kind: &str) -> Option<bool> {
+    Some(match kind {
+        "string" => value.is_string(),
+        "number" => value.is_number(),
+        "integer" => {
+            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|x| x.fract() == 0.0)
+        }
+        "boolean" => value.is_boolean(),
+        "null" => value.is_null(),
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -721,6 +776,26 @@ mod tests {
         assert_eq!(
             refused(person(json!({"type": "integer", "format": "date"}))),
             "schema.properties.name.format"
+        );
+        assert_eq!(
+            refused(person(json!({"type": "integer", "enum": ["a", "b"]}))),
+            "schema.properties.name.enum"
+        );
+        assert_eq!(
+            refused(person(json!({"enum": [{"a": 1}], "properties": {"a": {}}}))),
+            "schema.properties.name.properties"
+        );
+        // A type beside an enum keeps the values of that type.
+        let typed = Schema::compile(&person(
+            json!({"type": ["string", "null"], "enum": ["a", 1, null, 2.0]}),
+        ))
+        .unwrap();
+        let Node::Object { properties, .. } = typed.node(typed.root()) else {
+            panic!("{typed:?}");
+        };
+        assert_eq!(
+            typed.node(properties[0].1),
+            &Node::Choice(vec!["\"a\"".into(), "null".into()])
         );
         // Many distinct large patterns are refused, not all held.
         let properties: Map<String, Value> = (0..64)
