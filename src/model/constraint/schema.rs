@@ -216,28 +216,12 @@ impl Compiler<'_> {
             Value::Object(map) => map,
             _ => return Err(error(path, "a schema must be an object")),
         };
-        let known = [
-            "type",
-            "properties",
-            "required",
-            "additionalProperties",
-            "items",
-            "minItems",
-            "maxItems",
-            "minLength",
-            "maxLength",
-            "pattern",
-            "format",
-            "minimum",
-            "maximum",
-            "exclusiveMinimum",
-            "exclusiveMaximum",
-            "enum",
-            "const",
-        ];
         let read_past = |k: &str| ANNOTATIONS.contains(&k) || DEFINITIONS.contains(&k);
         if let Some(key) = map.keys().find(|k| {
-            !known.contains(&k.as_str()) && !COMBINING.contains(&k.as_str()) && !read_past(k)
+            !["type", "enum", "const"].contains(&k.as_str())
+                && !TYPED.iter().any(|(typed, _)| typed == k)
+                && !COMBINING.contains(&k.as_str())
+                && !read_past(k)
         }) {
             return Err(error(
                 &format!("{path}.{key}"),
@@ -273,17 +257,7 @@ impl Compiler<'_> {
             };
         }
         if let Some(choices) = choices(map, path)? {
-            let shaping = BOUNDS.iter().chain(&[
-                "pattern",
-                "format",
-                "properties",
-                "required",
-                "additionalProperties",
-                "items",
-                "minItems",
-                "maxItems",
-            ]);
-            if let Some(key) = shaping.into_iter().find(|k| map.contains_key(**k)) {
+            if let Some((key, _)) = TYPED.iter().find(|(key, _)| map.contains_key(*key)) {
                 return Err(error(
                     &format!("{path}.{key}"),
                     format!("'{key}' beside 'enum' or 'const' is not supported yet"),
@@ -310,22 +284,7 @@ impl Compiler<'_> {
                 ))
             }
         };
-        for (key, needs) in [
-            ("properties", "object"),
-            ("required", "object"),
-            ("additionalProperties", "object"),
-            ("items", "array"),
-            ("minItems", "array"),
-            ("maxItems", "array"),
-            ("minLength", "string"),
-            ("maxLength", "string"),
-            ("pattern", "string"),
-            ("format", "string"),
-            ("minimum", "integer"),
-            ("maximum", "integer"),
-            ("exclusiveMinimum", "integer"),
-            ("exclusiveMaximum", "integer"),
-        ] {
+        for &(key, needs) in &TYPED {
             if map.contains_key(key) && !kinds.contains(&needs) {
                 let message = match needs {
                     "integer" if kinds.contains(&"number") => format!(
@@ -516,15 +475,27 @@ impl Compiler<'_> {
     }
 }
 
-/// Keywords that bound a string's length or an integer.
-const BOUNDS: [&str; 6] = [
-    "minLength",
-    "maxLength",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
+/// Keywords that constrain values of one type, with that type: the only ones read
+/// beside `type`, refused where that type is not declared, and beside `enum` or `const`.
+const TYPED: [(&str, &str); 14] = [
+    ("properties", "object"),
+    ("required", "object"),
+    ("additionalProperties", "object"),
+    ("items", "array"),
+    ("minItems", "array"),
+    ("maxItems", "array"),
+    ("minLength", "string"),
+    ("maxLength", "string"),
+    ("pattern", "string"),
+    ("format", "string"),
+    ("minimum", "integer"),
+    ("maximum", "integer"),
+    ("exclusiveMinimum", "integer"),
+    ("exclusiveMaximum", "integer"),
 ];
+
+/// An integer's bounds (the last four of [`TYPED`]).
+const INTEGER_BOUNDS: &[(&str, &str)] = TYPED.split_at(10).1;
 
 impl Compiler<'_> {
     /// A string node with `map`'s `minLength` and `maxLength`, or its `pattern` or
@@ -627,18 +598,18 @@ fn counts(
 /// The inclusive range an integer's `minimum`, `maximum`, `exclusiveMinimum` and
 /// `exclusiveMaximum` leave (`None` without any), within what an i64 holds.
 fn range(map: &Map<String, Value>, path: &str) -> Result<Option<(i64, i64)>, SchemaError> {
-    if !BOUNDS[2..].iter().any(|k| map.contains_key(*k)) {
+    if !INTEGER_BOUNDS.iter().any(|(k, _)| map.contains_key(*k)) {
         return Ok(None);
     }
     let (mut lo, mut hi) = (i64::MIN as f64, i64::MAX as f64);
-    for key in &BOUNDS[2..] {
-        let Some(value) = map.get(*key) else {
+    for &(key, _) in INTEGER_BOUNDS {
+        let Some(value) = map.get(key) else {
             continue;
         };
         let x = value
             .as_f64()
             .ok_or_else(|| error(&format!("{path}.{key}"), "must be a number"))?;
-        match *key {
+        match key {
             "minimum" => lo = lo.max(x.ceil()),
             "exclusiveMinimum" => lo = lo.max(x.floor() + 1.0),
             "maximum" => hi = hi.min(x.floor()),
