@@ -14,6 +14,7 @@ mod hf_specials;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod token_bytes;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use hf_specials::token_text;
 pub use stream::StreamDecoder;
+pub use token_bytes::TokenBytes;
 
 /// Errors from building a tokenizer, encoding or decoding.
 #[derive(Debug, thiserror::Error)]
