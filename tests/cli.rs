@@ -180,23 +180,49 @@ fn bad_input_gets_a_clear_error() {
         (
             [
                 "--json-schema",
-                r#"{"type": "object", "properties": {"a": {"multipleOf": 2}}}"#,
+                r#"{"type": "object", "properties": {"a": {"uniqueItems": true}}}"#,
             ],
-            "schema.properties.a.multipleOf: 'multipleOf' is not supported yet",
+            "uniqueItems",
         ),
         (
             ["--json-schema", "@/nonexistent/schema.json"],
             "reading /nonexistent",
         ),
-        (
-            ["--json-schema", r#"{"type": "array"}"#],
-            "the top level must be an object",
-        ),
+        (["--json-schema", "false"], "admits no value"),
+        (["--regex", "("], "--regex"),
+        (["--json-object", "--regex=a"], "cannot be used with"),
     ] {
         let out = switchyard(&["generate", "hi", "-n", "2", flags[0], flags[1]]);
         assert!(!out.status.success(), "{flags:?} was accepted");
         assert!(stderr(&out).contains(says), "{flags:?}: {}", stderr(&out));
     }
+}
+
+/// `constrain` says whether a text is accepted, and if not the byte where it is refused
+/// and what was expected there; its exit status says the same.
+#[test]
+fn constrain_accepts_or_says_where_and_what() {
+    let schema =
+        r#"{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}"#;
+    let ok = switchyard(&["constrain", "--json-schema", schema, r#"{"n":12}"#]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert_eq!(stdout(&ok).trim(), "accepted (8 bytes)");
+    let bad = switchyard(&["constrain", "--json-schema", schema, r#"{"n":"x"}"#]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stdout(&bad).starts_with("rejected at byte 5: expected one of '-', '0'-'9'"),
+        "{}",
+        stdout(&bad)
+    );
+    let open = switchyard(&["constrain", "--json", "--regex", "[a-c]+x", "ab"]);
+    assert_eq!(open.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&open)).unwrap();
+    assert_eq!(report["accepted"], false);
+    assert_eq!(report["offset"], 2);
+    let choice = switchyard(&["constrain", "--choice", "yes,no", "no"]);
+    assert!(choice.status.success(), "{}", stdout(&choice));
+    let none = switchyard(&["constrain", "text"]);
+    assert!(stderr(&none).contains("no grammar"), "{}", stderr(&none));
 }
 
 /// `chat` keeps its conversation's KV cache: the second turn evaluates only what the

@@ -232,7 +232,7 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
         (
             chat,
             json!({"response_format": {"type": "json_schema", "json_schema": {"schema":
-                {"type": "object", "properties": {"d": {"type": "string", "format": "uri"}}}}}}),
+                {"type": "object", "properties": {"d": {"type": "array", "uniqueItems": true}}}}}}),
             "response_format.json_schema.schema",
         ),
         (chat, json!({"modalities": ["text", "audio"]}), "modalities"),

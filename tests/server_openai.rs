@@ -485,8 +485,8 @@ fn json_replies_parse_match_their_schema_and_generate() {
         .unwrap()
         .to_string();
     assert!(held.trim_start().starts_with('{'), "{held:?}");
-    // Twelve prose tokens pushed far above the rest are refused one by one, past the
-    // redraws, until the whole vocabulary is masked: the reply still opens an object.
+    // Twelve prose tokens pushed far above the rest are masked: the reply still opens
+    // an object.
     let path = fetch::default_model_path(false).expect("fetching the default model");
     let model = Model::open(&path).unwrap();
     let mut prose = model

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::constraint::{JsonConstraint, JsonShape};
+use super::constraint::{Constraint, Shape};
 use super::sampler::{History, Sampler};
 use super::tokenizer::Tokenizer;
 use super::ModelError;
@@ -29,9 +29,9 @@ pub struct GenerateOptions {
     /// Record every generated token's log-probability and the `k` most likely tokens
     /// of the distribution it was drawn from (`Some(0)`: the token's alone).
     pub logprobs: Option<usize>,
-    /// Hold the output to a JSON text of this shape, ending when its top-level value
-    /// does (OpenAI's `json_object` and `json_schema` modes); not with `force_tokens`.
-    pub json: Option<JsonShape>,
+    /// Hold the output to this shape (a JSON Schema, a regex, a grammar), ending when
+    /// the grammar takes nothing more; not with `force_tokens`.
+    pub constraint: Option<Shape>,
 }
 
 /// Why a generation ended.
@@ -126,40 +126,6 @@ pub fn generate(
     )
 }
 
-/// Refused draws before [`constrained_draw`] masks every token the constraint refuses.
-const REDRAWS: usize = 8;
-
-/// A token `json` allows, drawn by `sampler` from `logits`, `first` being its first
-/// draw: that one when allowed; else the refused tokens are set to -inf one at a time
-/// and drawn again (each redraw one pass over the logits), and past [`REDRAWS`] every
-/// token the constraint refuses is masked at once (one pass of the validator over the
-/// whole vocabulary). Without a top-k, top-p or min-p cut each way draws from exactly
-/// the masked distribution; with one, the cut is taken on what is left at each draw,
-/// as llama.cpp's grammar sampler does.
-fn constrained_draw(
-    json: &mut JsonConstraint,
-    sampler: &mut Sampler,
-    logits: &[f32],
-    history: History<'_>,
-    first: u32,
-) -> Result<u32, ModelError> {
-    if json.allows(first) {
-        return Ok(first);
-    }
-    let mut left = logits.to_vec();
-    let mut refused = first;
-    for _ in 0..REDRAWS {
-        if let Some(l) = left.get_mut(refused as usize) {
-            *l = f32::NEG_INFINITY;
-        }
-        refused = sampler.sample(&left, history)?;
-        if json.allows(refused) {
-            return Ok(refused);
-        }
-    }
-    Ok(sampler.sample(&json.mask(&left), history)?)
-}
-
 /// The log-probability of each token of `prompt` after the first given those before
 /// it, with the `k` most likely tokens at each place (a completion's `echo` with
 /// `logprobs`), scored on a fresh sequence of `runner` in one pass over the prompt. Empty
@@ -232,8 +198,11 @@ pub struct Decoding<'t> {
     /// Entries of `logprobs` already handed out with text.
     delivered: usize,
     text: TextStream<'t>,
-    /// The JSON shape the output is held to, if any.
-    json: Option<JsonConstraint>,
+    /// What the output is held to, if anything.
+    constraint: Option<Constraint>,
+    /// The constraint's failure while preparing a mask off this thread, reported by
+    /// the next [`Decoding::accept`].
+    prepare_error: Option<ModelError>,
     finish_reason: Option<FinishReason>,
     started: Instant,
     prefill_time: Option<std::time::Duration>,
@@ -257,13 +226,14 @@ impl<'t> Decoding<'t> {
         if needed > context {
             return Err(ModelError::ContextFull { needed, context });
         }
-        if options.json.is_some() && !options.force_tokens.is_empty() {
+        if options.constraint.is_some() && !options.force_tokens.is_empty() {
             return Err(ModelError::Input(
-                "forced tokens and a JSON constraint do not combine".into(),
+                "forced tokens and a constrained output do not combine".into(),
             ));
         }
         Ok(Decoding {
-            json: options.json.clone().map(JsonConstraint::new),
+            constraint: options.constraint.as_ref().map(Constraint::new),
+            prepare_error: None,
             text: TextStream::new(tokenizer, options.stop_strings.clone()),
             options,
             prompt_len: prompt.len(),
@@ -278,6 +248,23 @@ impl<'t> Decoding<'t> {
             ttft: None,
             decode_started: None,
         })
+    }
+
+    /// Computes the constraint's mask for the next step, if there is a constraint (the
+    /// costly part of a constrained step, which a scheduler runs for its sequences in
+    /// parallel, beside the forward pass); a failure is reported by the next
+    /// [`Decoding::accept`].
+    pub fn prepare(&mut self) {
+        if let Some(constraint) = &mut self.constraint {
+            if let Err(e) = constraint.prepare() {
+                self.prepare_error = Some(e);
+            }
+        }
+    }
+
+    /// Whether the output is held to a constraint.
+    pub fn constrained(&self) -> bool {
+        self.constraint.is_some()
     }
 
     /// Takes the logits after the last token fed to the sequence (the prompt's last at
@@ -314,12 +301,18 @@ impl<'t> Decoding<'t> {
             Some(t) => t,
             None => {
                 let history = History::new(&self.history, self.tokens.len());
-                let token = sampler.sample(logits, history)?;
-                match &mut self.json {
-                    None => token,
-                    Some(json) => {
-                        let token = constrained_draw(json, sampler, logits, history, token)?;
-                        json.advance(token)?;
+                if let Some(e) = self.prepare_error.take() {
+                    return Err(e);
+                }
+                match &mut self.constraint {
+                    None => sampler.sample(logits, history)?,
+                    Some(constraint) => {
+                        // The sampler draws from the masked distribution: any top-k,
+                        // top-p or min-p cut is taken on what the grammar allows.
+                        let mut masked = logits.to_vec();
+                        constraint.mask(&mut masked)?;
+                        let token = sampler.sample(&masked, history)?;
+                        constraint.advance(token)?;
                         token
                     }
                 }
@@ -341,7 +334,7 @@ impl<'t> Decoding<'t> {
             Flow::Stop => self.finish_reason = Some(FinishReason::Stop),
             Flow::Cancel => self.finish_reason = Some(FinishReason::Cancelled),
         }
-        if self.json.as_ref().is_some_and(JsonConstraint::complete) {
+        if self.constraint.as_ref().is_some_and(Constraint::complete) {
             self.finish_reason.get_or_insert(FinishReason::Stop);
         }
         if self.finish_reason.is_some() {

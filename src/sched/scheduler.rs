@@ -5,6 +5,8 @@
 use super::prefix::{PrefixCache, PrefixStats};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
+use rayon::prelude::*;
+
 use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
 use crate::step::{step_bucket, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
 
@@ -331,6 +333,9 @@ impl<'t> Scheduler<'t> {
         let mut report = StepReport::default();
         let mut work: Vec<Work<'_>> = Vec::new();
         let mut stepped = Vec::new();
+        // The constrained sequences that draw after this step, whose masks are computed
+        // beside the forward pass (decision 157).
+        let mut masks: Vec<&mut Decoding<'t>> = Vec::new();
         for (i, (slot, tokens)) in self.slots.iter_mut().zip(&plan).enumerate() {
             if tokens.is_empty() {
                 continue;
@@ -343,6 +348,9 @@ impl<'t> Scheduler<'t> {
             // A decode, or its prompt's last chunk: the step returns its logits.
             let logits = slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len();
             stepped.push((i, logits));
+            if logits && slot.decoding.constrained() {
+                masks.push(&mut slot.decoding);
+            }
             work.push(Work {
                 seq: &mut slot.seq,
                 tokens,
@@ -352,7 +360,16 @@ impl<'t> Scheduler<'t> {
         if work.is_empty() {
             return report;
         }
-        let result = runner.forward_batch(&mut work);
+        let result = match masks.is_empty() {
+            true => runner.forward_batch(&mut work),
+            false => std::thread::scope(|scope| {
+                let masking = scope.spawn(|| masks.par_iter_mut().for_each(|d| d.prepare()));
+                let result = runner.forward_batch(&mut work);
+                // A mask left unprepared (a panic there) is computed again when drawn.
+                let _ = masking.join();
+                result
+            }),
+        };
         drop(work);
         let logits = match result {
             Ok(logits) => logits,

@@ -1,15 +1,14 @@
 //! Reads OpenAI request bodies field by field, so that every missing field, wrong type
 //! and bad value gets a 400 naming the field, as OpenAI answers.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields;
 pub(crate) use super::reply::Kind;
+use super::shapes;
+pub(crate) use super::shapes::Format;
 use crate::model::chat_template::Message;
-use crate::model::constraint::Schema;
 
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
 const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
@@ -107,7 +106,7 @@ pub(crate) struct Params {
     pub logit_bias: Vec<(u32, f32)>,
     /// vLLM's `ignore_eos`: end tokens do not stop the generation.
     pub ignore_eos: bool,
-    /// `response_format`: what shape the reply's text takes.
+    /// What shape the reply's text takes (`response_format`, `guided_json`, ...).
     pub format: Format,
     /// A completion's `echo`: the reply's text (and log-probabilities) start with the
     /// prompt's.
@@ -244,79 +243,9 @@ impl Params {
             presence_penalty: penalty("presence_penalty")?,
             logit_bias: logit_bias(body)?,
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
-            format: response_format(body)?,
+            format: shapes::format(body, kind)?,
             echo,
         })
-    }
-}
-
-/// What shape a reply's text takes (`response_format`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) enum Format {
-    /// Free text.
-    #[default]
-    Text,
-    /// One JSON object (`json_object`).
-    JsonObject,
-    /// A JSON text matching a compiled schema (`json_schema`).
-    JsonSchema(Arc<Schema>),
-}
-
-impl Format {
-    /// The schema the reply is held to: none for free text, any object for
-    /// `json_object`.
-    pub fn schema(&self) -> Option<Arc<Schema>> {
-        match self {
-            Format::Text => None,
-            Format::JsonObject => Some(Arc::new(Schema::any_object())),
-            Format::JsonSchema(schema) => Some(schema.clone()),
-        }
-    }
-}
-
-/// `response_format`: absent, null or `{"type": "text"}` is free text; `json_object`
-/// one JSON object; `json_schema` a JSON text matching `json_schema.schema`, compiled
-/// here so that what the schema compiler does not support is a 400 naming it.
-fn response_format(body: &Body) -> Result<Format, ApiError> {
-    let format = match body.get("response_format") {
-        None | Some(Value::Null) => return Ok(Format::Text),
-        Some(Value::Object(format)) => format,
-        Some(_) => return Err(ApiError::wrong_type("response_format", "an object")),
-    };
-    match format.get("type") {
-        Some(Value::String(kind)) if kind == "text" || kind == "json_object" => {
-            fields::check_keys(format, "response_format", &["type"])?;
-            Ok(match kind.as_str() {
-                "text" => Format::Text,
-                _ => Format::JsonObject,
-            })
-        }
-        Some(Value::String(kind)) if kind == "json_schema" => {
-            fields::check_keys(format, "response_format", &["type", "json_schema"])?;
-            let param = "response_format.json_schema";
-            let spec = match format.get("json_schema") {
-                Some(Value::Object(spec)) => spec,
-                None | Some(Value::Null) => return Err(ApiError::missing(param)),
-                Some(_) => return Err(ApiError::wrong_type(param, "an object")),
-            };
-            fields::check_keys(spec, param, &["name", "description", "schema", "strict"])?;
-            let param = "response_format.json_schema.schema";
-            let schema = spec.get("schema").ok_or_else(|| ApiError::missing(param))?;
-            Schema::compile(schema)
-                .map(|s| Format::JsonSchema(Arc::new(s)))
-                .map_err(|e| {
-                    ApiError::invalid(
-                        "unsupported_parameter",
-                        Some(param),
-                        format!("Unsupported parameter: '{param}' is not supported by this server: {e}."),
-                    )
-                })
-        }
-        Some(Value::String(kind)) => Err(ApiError::bad_value(
-            "response_format.type",
-            format!("response_format.type must be 'text', 'json_object' or 'json_schema', got '{kind}'."),
-        )),
-        _ => Err(ApiError::missing("response_format.type")),
     }
 }
 
@@ -726,27 +655,30 @@ mod tests {
     fn response_format() {
         let parse = |text: &str| Params::parse(&body(text), Kind::Chat);
         let json = parse(r#"{"response_format": {"type": "json_object"}}"#).unwrap();
-        assert_eq!(json.format, Format::JsonObject);
+        assert!(matches!(json.format, Format::Constrained { .. }));
         for plain in [
             "{}",
             r#"{"response_format": null}"#,
             r#"{"response_format": {"type": "text"}}"#,
         ] {
-            assert_eq!(parse(plain).unwrap().format, Format::Text, "{plain}");
+            assert!(
+                matches!(parse(plain).unwrap().format, Format::Text),
+                "{plain}"
+            );
         }
         let schema = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
             "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}},
             "required": ["a"], "additionalProperties": false}}}}"#;
         assert!(matches!(
             parse(schema).unwrap().format,
-            Format::JsonSchema(_)
+            Format::Constrained { .. }
         ));
         let refused = |text: &str| {
             let e = parse(text).unwrap_err();
             (e.code, e.param.unwrap_or_default())
         };
         let multiple = r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "p",
-            "schema": {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}}}}"#;
+            "schema": {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}}}}"#;
         let e = parse(multiple).unwrap_err();
         assert_eq!(
             (e.code, e.param.as_deref()),
@@ -755,11 +687,7 @@ mod tests {
                 Some("response_format.json_schema.schema")
             )
         );
-        assert!(
-            e.message.contains("schema.properties.a.multipleOf"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.contains("uniqueItems"), "{}", e.message);
         let bare = refused(r#"{"response_format": {"type": "json_schema"}}"#);
         assert_eq!(
             bare,

@@ -9,8 +9,10 @@ use super::error::ApiError;
 use super::reply::Kind;
 
 /// Fields both endpoints read (`top_k`, `min_p`, `repetition_penalty` and `ignore_eos`
-/// are vLLM's and llama-server's sampling extensions, which OpenAI does not define).
-const READ: [&str; 18] = [
+/// are vLLM's and llama-server's sampling extensions, which OpenAI does not define; the
+/// `guided_*` fields and `structured_outputs` vLLM's structured output, `json_schema`
+/// llama-server's).
+const READ: [&str; 24] = [
     "model",
     "temperature",
     "top_p",
@@ -29,6 +31,12 @@ const READ: [&str; 18] = [
     "frequency_penalty",
     "presence_penalty",
     "logit_bias",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "json_schema",
 ];
 
 /// Fields only the chat endpoint reads.
@@ -52,7 +60,8 @@ const IGNORED: [&str; 8] = [
 
 /// Fields of the chat endpoint that change the result and are not implemented, with
 /// the neutral value each may hold.
-const UNSUPPORTED_CHAT: [(&str, Neutral); 9] = [
+const UNSUPPORTED_CHAT: [(&str, Neutral); 10] = [
+    ("grammar", Neutral::EmptyString),
     ("tools", Neutral::Null),
     ("tool_choice", Neutral::Null),
     ("parallel_tool_calls", Neutral::Null),
@@ -64,8 +73,12 @@ const UNSUPPORTED_CHAT: [(&str, Neutral); 9] = [
     ("web_search_options", Neutral::Null),
 ];
 
-/// Fields of the completions endpoint that change the result and are not implemented.
-const UNSUPPORTED_TEXT: [(&str, Neutral); 1] = [("suffix", Neutral::EmptyString)];
+/// Fields of the completions endpoint that change the result and are not implemented
+/// (`grammar` is llama-server's GBNF, which has no converter here).
+const UNSUPPORTED_TEXT: [(&str, Neutral); 2] = [
+    ("suffix", Neutral::EmptyString),
+    ("grammar", Neutral::EmptyString),
+];
 
 /// Fields of a chat message that change the prompt and are not implemented (`role`
 /// and `content` are read).

@@ -15,6 +15,7 @@ mod logprobs;
 mod metrics;
 mod reply;
 mod routes;
+mod shapes;
 
 use std::future::Future;
 use std::path::Path;
@@ -95,7 +96,7 @@ pub async fn serve(
     let app = Arc::new(routes::App {
         model_id: config.served_name.unwrap_or_else(|| model_id(&model.path)),
         api_key: config.api_key,
-        token_texts: std::sync::Mutex::new(None),
+        token_env: std::sync::Mutex::new(None),
         model,
         engine: engine.clone(),
         metrics,

@@ -20,7 +20,8 @@ use super::engine::{EngineHandle, Event, Job, Outcome, SubmitError};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
-use crate::model::constraint::{JsonShape, TokenTexts};
+use super::shapes;
+use crate::model::constraint::{Shape, TokenEnv};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model, TokenLogprobs};
 
@@ -56,8 +57,9 @@ pub(crate) struct App {
     pub model_id: String,
     /// The key `/v1` requests must present, if any.
     pub api_key: Option<super::ApiKey>,
-    /// Every token's text, for JSON replies: made on the first such request.
-    pub token_texts: std::sync::Mutex<Option<Arc<TokenTexts>>>,
+    /// The vocabulary's token trie, for constrained replies: made on the first such
+    /// request.
+    pub token_env: std::sync::Mutex<Option<Arc<TokenEnv>>>,
     /// Positions one sequence holds.
     pub context: usize,
     /// Most requests waiting.
@@ -176,8 +178,8 @@ enum Input {
 
 async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, ApiError> {
     let bytes = read_body(body, app.body_limit).await?;
-    // Off the async threads: a JSON Schema's patterns compile to automata here, which
-    // can take a good part of a second within their limits (decision 144).
+    // Off the async threads: a grammar (a JSON Schema, a regex) compiles here, which can
+    // take a good part of a second for a large one.
     let (body, params) = tokio::task::spawn_blocking(move || {
         let body = api::parse_body(&bytes)?;
         let params = Params::parse(&body, kind)?;
@@ -219,14 +221,20 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
         ));
     }
-    let json = match params.format.schema() {
-        Some(schema) => Some(JsonShape::new(token_texts(&app).await?, schema)),
-        None => None,
+    let constraint = match &params.format {
+        api::Format::Text => None,
+        api::Format::Constrained { param, grammar } => {
+            let (env, grammar, param) = (token_env(&app).await?, grammar.clone(), *param);
+            let shape = tokio::task::spawn_blocking(move || Shape::new(&env, &grammar))
+                .await
+                .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))?;
+            Some(shape.map_err(|e| shapes::unsupported_grammar(param, &e))?)
+        }
     };
     let samplers = samplers(&params);
     let mut prepared = Vec::with_capacity(inputs.len());
     for input in inputs {
-        prepared.push(prepare(&app, kind, &params, input, &json, &samplers).await?);
+        prepared.push(prepare(&app, kind, &params, input, &constraint, &samplers).await?);
     }
     // Every prompt's job is queued, or none runs: a refusal cancels those before it.
     let mut running = Vec::with_capacity(prepared.len());
@@ -301,7 +309,7 @@ async fn prepare(
     kind: Kind,
     params: &Params,
     input: Input,
-    json: &Option<JsonShape>,
+    constraint: &Option<Shape>,
     samplers: &[SamplerConfig],
 ) -> Result<(Queued, Option<reply::Echo>), ApiError> {
     // What `echo` repeats: the prompt's own text, or its ids' decoding.
@@ -347,7 +355,7 @@ async fn prepare(
                 false => app.model.stop_ids.clone(),
             },
             logprobs: params.logprobs,
-            json: json.clone(),
+            constraint: constraint.clone(),
             ..GenerateOptions::default()
         },
         samplers: samplers.to_vec(),
@@ -359,26 +367,31 @@ async fn prepare(
     Ok(((job, events), echo))
 }
 
-/// The model's token texts for JSON-object replies, decoded on first use (off the
-/// async threads; hundredths of a second) and kept.
-async fn token_texts(app: &Arc<App>) -> Result<Arc<TokenTexts>, ApiError> {
+/// The model's token trie for constrained replies, built on first use (off the async
+/// threads; a fraction of a second) and kept.
+async fn token_env(app: &Arc<App>) -> Result<Arc<TokenEnv>, ApiError> {
     let app = app.clone();
     tokio::task::spawn_blocking(move || {
-        let mut texts = app
-            .token_texts
+        let mut env = app
+            .token_env
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &*texts {
-            Some(texts) => Ok(texts.clone()),
+        match &*env {
+            Some(env) => Ok(env.clone()),
             None => {
-                let made = Arc::new(TokenTexts::new(&app.model.tokenizer)?);
-                *texts = Some(made.clone());
+                let model = &app.model;
+                let made = Arc::new(TokenEnv::new(
+                    &model.tokenizer,
+                    model.config.vocab_size,
+                    &model.stop_ids,
+                )?);
+                *env = Some(made.clone());
                 Ok(made)
             }
         }
     })
     .await
-    .map_err(|e| ApiError::internal(format!("decoding the vocabulary failed: {e}")))?
+    .map_err(|e| ApiError::internal(format!("building the token trie failed: {e}")))?
 }
 
 /// Waits for the end of a job's `n` choices, ignoring their streamed text; the first

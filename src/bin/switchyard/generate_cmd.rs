@@ -2,18 +2,17 @@
 //! JSON object with ids, text, timings and cache counters).
 
 use std::io::{IsTerminal, Read, Write};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
 use switchyard::model::chat_template::Message;
-use switchyard::model::constraint::{JsonShape, Schema, TokenTexts};
-use switchyard::model::tokenizer::Tokenizer;
-use switchyard::model::{generate, GenerateOptions, Generation};
+use switchyard::model::constraint::{Grammar, Shape, TokenEnv};
+use switchyard::model::{generate, GenerateOptions, Generation, Model};
 use switchyard::step::{BucketGate, Failover, PhaseStats, Placed};
 
+use crate::grammar_args::GrammarArgs;
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
 
@@ -49,18 +48,9 @@ pub struct GenerateArgs {
     /// Teacher forcing for evaluation: step i emits the i-th id instead of sampling.
     #[arg(long, value_name = "ID,ID,...", value_delimiter = ',')]
     force_tokens: Vec<u32>,
-    /// Hold the output to one JSON object, ending when it closes (the server's
-    /// response_format {"type": "json_object"}); ask for JSON in the prompt too.
-    #[arg(long, conflicts_with_all = ["force_tokens", "json_schema"])]
-    json_object: bool,
-    /// Hold the output to JSON matching this JSON Schema (inline JSON, or @FILE), as the
-    /// server's response_format json_schema: type (a name or a list), properties,
-    /// required, additionalProperties, items, minItems, maxItems, minLength, maxLength,
-    /// pattern, format (date, time, date-time, uuid, email, ipv4), integer bounds, enum,
-    /// const, anyOf/oneOf of differently starting branches, and local $refs into $defs
-    /// (what Pydantic models produce); anything else is refused by its path.
-    #[arg(long, value_name = "SCHEMA", conflicts_with = "force_tokens")]
-    json_schema: Option<String>,
+    /// How the output is held to a shape, if it is.
+    #[command(flatten)]
+    shape: GrammarArgs,
 }
 
 #[derive(Serialize)]
@@ -91,24 +81,13 @@ struct CacheReport {
     decode: PhaseStats,
 }
 
-/// The JSON shape `--json-object` or `--json-schema` asks for, if either.
-fn json_shape(args: &GenerateArgs, tokenizer: &Tokenizer) -> Result<Option<JsonShape>> {
-    let schema = match (&args.json_schema, args.json_object) {
-        (None, false) => return Ok(None),
-        (None, true) => Schema::any_object(),
-        (Some(spec), _) => {
-            let text = match spec.strip_prefix('@') {
-                Some(path) => std::fs::read_to_string(path)
-                    .with_context(|| format!("--json-schema: reading {path}"))?,
-                None => spec.clone(),
-            };
-            let value: serde_json::Value =
-                serde_json::from_str(&text).context("--json-schema: not JSON")?;
-            Schema::compile(&value).context("--json-schema")?
-        }
+/// `grammar` over `model`'s tokens, if there is one.
+fn shape(grammar: Option<&Grammar>, model: &Model) -> Result<Option<Shape>> {
+    let Some(grammar) = grammar else {
+        return Ok(None);
     };
-    let texts = Arc::new(TokenTexts::new(tokenizer)?);
-    Ok(Some(JsonShape::new(texts, Arc::new(schema))))
+    let env = TokenEnv::new(&model.tokenizer, model.config.vocab_size, &model.stop_ids)?;
+    Ok(Some(Shape::new(&env, grammar)?))
 }
 
 /// Runs the command.
@@ -129,6 +108,11 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     args.sampling.check()?;
     if args.top_logits > 0 && !args.json {
         bail!("--top-logits is reported only with --json");
+    }
+    // Compiled before the model loads, so that a grammar's mistake is reported at once.
+    let grammar = args.shape.grammar()?;
+    if grammar.is_some() && !args.force_tokens.is_empty() {
+        bail!("--force-tokens and a constrained output do not combine");
     }
     let (model, mut runner) = args.model.load()?;
     let vocab = model.config.vocab_size;
@@ -169,7 +153,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         force_tokens: args.force_tokens.clone(),
         top_logits,
         logprobs: None,
-        json: json_shape(args, &model.tokenizer)?,
+        constraint: shape(grammar.as_ref(), &model)?,
     };
     let mut stdout = std::io::stdout().lock();
     let json = args.json;

@@ -1,15 +1,18 @@
 //! The `switchyard` command line: `generate` and `chat` run a model, `tokenize` shows
-//! its tokens, `plan` shows placement, `doctor` reports backends.
+//! its tokens, `plan` shows placement, `doctor` reports backends, `constrain` checks a
+//! text against a grammar.
 
 mod bench_arms;
 mod bench_cmd;
 mod bench_profile;
 mod calibrate_cmd;
 mod chat_cmd;
+mod constrain_cmd;
 mod demo;
 mod doctor;
 mod generate_cmd;
 mod gpu_report;
+mod grammar_args;
 mod model_args;
 mod perplexity_cmd;
 mod plan_cmd;
@@ -48,6 +51,9 @@ enum Command {
     /// Score a text file as llama-perplexity does (e.g. --ctx 512 -f wiki.test.raw),
     /// to compare quantizations and runtimes.
     Perplexity(perplexity_cmd::PerplexityArgs),
+    /// Check a text against a JSON Schema, regex, choice list or Lark grammar, without
+    /// a model: accepted, or the byte offset where it is rejected and what was expected.
+    Constrain(constrain_cmd::ConstrainArgs),
     /// Calibrate prefill co-execution: time the CPU+GPU row split of every linear shape
     /// over ratios 0–0.5 and save the fastest (done lazily on first use otherwise).
     Calibrate(calibrate_cmd::CalibrateArgs),
@@ -72,6 +78,7 @@ fn main() {
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Perplexity(args) => perplexity_cmd::run(&args),
         Command::Calibrate(args) => calibrate_cmd::run(&args),
+        Command::Constrain(args) => constrain_cmd::run(&args),
     };
     if let Err(error) = result {
         eprintln!("{}", error_line(&error));
