@@ -172,7 +172,7 @@ def check_refusals(client: OpenAI, model: str, messages: list) -> None:
                     "type": "json_schema",
                     "json_schema": {
                         "name": "x",
-                        "schema": {"type": "object", "properties": {"d": {"type": "string", "format": "uri"}}},
+                        "schema": {"type": "object", "properties": {"d": {"type": "array", "uniqueItems": True}}},
                     },
                 }
             ),
