@@ -219,6 +219,13 @@ fn constrain_accepts_or_says_where_and_what() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&open)).unwrap();
     assert_eq!(report["accepted"], false);
     assert_eq!(report["offset"], 2);
+    let negative = switchyard(&[
+        "constrain",
+        "--json-schema",
+        r#"{"type": "integer"}"#,
+        "-12",
+    ]);
+    assert!(negative.status.success(), "{}", stderr(&negative));
     let choice = switchyard(&["constrain", "--choice", "yes,no", "no"]);
     assert!(choice.status.success(), "{}", stdout(&choice));
     let none = switchyard(&["constrain", "text"]);

@@ -11,7 +11,9 @@ use crate::grammar_args::GrammarArgs;
 /// Flags of `switchyard constrain`.
 #[derive(Args)]
 pub struct ConstrainArgs {
-    /// The text to check, or @FILE for a file's contents (taken byte for byte).
+    /// The text to check, or @FILE for a file's contents (taken byte for byte); a text
+    /// starting with '-' (a negative number) is a text, not a flag.
+    #[arg(allow_hyphen_values = true)]
     text: String,
     #[command(flatten)]
     shape: GrammarArgs,
