@@ -175,7 +175,18 @@ pub fn generate_after(
     let mut logits = runner.forward(seq, &prompt[seq.len()..])?;
     let mut on_piece = |text: &str, _: &[TokenLogprobs]| on_text(text);
     while let Some(token) = decoding.accept(&logits, sampler, &mut on_piece)? {
-        logits = runner.forward(seq, &[token])?;
+        logits = match decoding.constrained() {
+            false => runner.forward(seq, &[token])?,
+            // The next mask depends only on the tokens taken: it is computed beside the
+            // forward pass (decision 157).
+            true => std::thread::scope(|scope| {
+                let masking = scope.spawn(|| decoding.prepare());
+                let logits = runner.forward(seq, &[token]);
+                // A mask left unprepared (a panic there) is computed again when drawn.
+                let _ = masking.join();
+                logits
+            })?,
+        };
     }
     decoding.finish(&mut on_piece)
 }
