@@ -16,6 +16,7 @@ use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
+use crate::bench_device;
 use crate::bench_profile;
 use crate::model_args::ModelArgs;
 
@@ -120,6 +121,8 @@ struct Report {
     /// With `--profile`: each test's node times.
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<Vec<bench_profile::TestProfile>>,
+    /// Each test's device counters, for the backends that keep them (the GPU).
+    devices: Vec<bench_device::DeviceUse>,
 }
 
 /// Read-bandwidth probes taken between the `tg` test's runs (after each, warm-up
@@ -282,9 +285,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .then(|| BandwidthProbe::new(threads, PROBE_BYTES))
         .flatten();
     let mut results = Vec::with_capacity(tests.len());
+    let mut devices = Vec::new();
     for &test in &tests {
         progress.set_message(test.name());
         let probing = matches!(test, BenchTest::Generate(_));
+        let before = bench_device::snapshot(&runner);
         results.push(run_test(
             &mut runner,
             &prompt,
@@ -297,6 +302,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 }
             },
         )?);
+        let after = bench_device::snapshot(&runner);
+        devices.extend(bench_device::uses(&test.name(), &before, &after));
     }
     progress.finish_and_clear();
     let profile = if args.profile {
@@ -344,11 +351,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .as_ref()
             .map_or_else(peak_rss_bytes, |p| Some(p.peak_rss_bytes())),
         profile,
+        devices,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print_table(&report);
+        bench_device::print(&report.devices);
         if let Some(profile) = &report.profile {
             let others = runner.backends().iter().any(|b| b.op_profile().is_none());
             bench_profile::print_profiles(profile, others);

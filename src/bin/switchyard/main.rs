@@ -3,6 +3,7 @@
 
 mod bench_arms;
 mod bench_cmd;
+mod bench_device;
 mod bench_profile;
 mod calibrate_cmd;
 mod chat_cmd;
