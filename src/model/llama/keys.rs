@@ -1,7 +1,9 @@
 //! The one place that says which configuration keys Switchyard reads. Every key of a
 //! `config.json` or of a GGUF file's metadata is either implemented (read, with its
-//! value checked) or known not to change the computation; any other key is refused by
-//! name and value, so a checkpoint never runs as something it is not.
+//! value checked), known not to change the computation (at any value, or at its default
+//! only), or a GGUF key in a namespace no reader uses (read past and logged, as
+//! llama.cpp does); any other key is refused by name and value, so a checkpoint never
+//! runs as something it is not.
 
 use std::path::Path;
 
