@@ -205,9 +205,10 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType) {
     let steps = c.runs;
     let per_step = c.total_dispatches() / steps;
     eprintln!(
-        "{name} {dtype}: {per_step} dispatches a step ({:?}), {} host µs a step",
+        "{name} {dtype}: {per_step} dispatches a step ({:?}), {} µs recording and {} µs submitting a step",
         c.dispatches,
-        c.record_nanos / steps / 1000
+        c.record_nanos / steps / 1000,
+        c.submit_nanos / steps / 1000
     );
     assert!(
         per_step <= 10 * LAYERS as u64 + OUTSIDE_LAYERS,

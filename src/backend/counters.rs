@@ -30,8 +30,12 @@ pub struct DeviceCounters {
     pub bytes_read: u64,
     /// Times the host blocked waiting for the device.
     pub waits: u64,
-    /// Host nanoseconds spent recording and submitting partition runs (not waiting).
+    /// Host nanoseconds spent recording partition runs: everything from the inputs to
+    /// the finished command buffer.
     pub record_nanos: u64,
+    /// Host nanoseconds spent inside the queue's submit (a software adapter such as
+    /// lavapipe may run shaders there, so it is kept apart from recording).
+    pub submit_nanos: u64,
     /// The host nanoseconds of each of the most recent runs (at most
     /// [`RECENT_RUNS`]), oldest first, for medians.
     pub recent_record_nanos: Vec<u64>,
@@ -65,6 +69,7 @@ impl DeviceCounters {
             bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
             waits: self.waits.saturating_sub(earlier.waits),
             record_nanos: self.record_nanos.saturating_sub(earlier.record_nanos),
+            submit_nanos: self.submit_nanos.saturating_sub(earlier.submit_nanos),
             recent_record_nanos: {
                 let runs = self.runs.saturating_sub(earlier.runs) as usize;
                 let recent = &self.recent_record_nanos;
@@ -73,8 +78,8 @@ impl DeviceCounters {
         }
     }
 
-    /// The median host time to record and submit one run, in nanoseconds, over the
-    /// recent runs this snapshot holds.
+    /// The median host time to record one run, in nanoseconds, over the recent runs
+    /// this snapshot holds.
     pub fn median_record_nanos(&self) -> Option<u64> {
         let mut sorted = self.recent_record_nanos.clone();
         sorted.sort_unstable();

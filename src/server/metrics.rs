@@ -443,7 +443,7 @@ impl Metrics {
             }
         }
         type Read = fn(&DeviceCounters) -> u64;
-        let families: [(&str, &str, Read); 9] = [
+        let families: [(&str, &str, Read); 10] = [
             ("runs", "Compiled partitions a device ran.", |c| c.runs),
             ("passes", "Compute passes a device began.", |c| c.passes),
             ("submits", "Command buffers submitted to a device.", |c| {
@@ -470,8 +470,13 @@ impl Metrics {
             ),
             (
                 "record_nanoseconds",
-                "Host time spent recording and submitting a device's runs.",
+                "Host time spent recording a device's runs.",
                 |c| c.record_nanos,
+            ),
+            (
+                "submit_nanoseconds",
+                "Host time spent inside a device's queue submits.",
+                |c| c.submit_nanos,
             ),
         ];
         for (what, help, read) in families {

@@ -615,10 +615,14 @@ impl CompiledPartition for GpuPartition {
                 }),
             });
         }
-        gpu.submit(encoder);
+        let commands = encoder.finish();
+        let recorded = started.elapsed();
+        gpu.submit_finished(commands);
+        let submitted = started.elapsed() - recorded;
         gpu.take_uncaptured()?;
-        let nanos = started.elapsed().as_nanos() as u64;
-        gpu.tally.run(1, &self.kinds, nanos);
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        gpu.tally
+            .run(1, &self.kinds, nanos(recorded), nanos(submitted));
         Ok(outputs)
     }
 

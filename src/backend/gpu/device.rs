@@ -60,6 +60,7 @@ pub(super) struct Tally {
     read: AtomicU64,
     waits: AtomicU64,
     record_nanos: AtomicU64,
+    submit_nanos: AtomicU64,
     per_run: Mutex<PerRun>,
 }
 
@@ -72,11 +73,18 @@ struct PerRun {
 
 impl Tally {
     /// Counts one partition run: its passes, its dispatches by kind, and the host time
-    /// it took to record and submit.
-    pub fn run(&self, passes: u64, dispatches: &[(&'static str, u64)], record_nanos: u64) {
+    /// it took to record and to submit.
+    pub fn run(
+        &self,
+        passes: u64,
+        dispatches: &[(&'static str, u64)],
+        record_nanos: u64,
+        submit_nanos: u64,
+    ) {
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.passes.fetch_add(passes, Ordering::Relaxed);
         self.record_nanos.fetch_add(record_nanos, Ordering::Relaxed);
+        self.submit_nanos.fetch_add(submit_nanos, Ordering::Relaxed);
         let mut per_run = self.per_run.lock().unwrap_or_else(PoisonError::into_inner);
         for &(kind, n) in dispatches {
             *per_run.dispatches.entry(kind).or_default() += n;
@@ -111,6 +119,7 @@ impl Tally {
             bytes_read: get(&self.read),
             waits: get(&self.waits),
             record_nanos: get(&self.record_nanos),
+            submit_nanos: get(&self.submit_nanos),
         }
     }
 }
@@ -368,8 +377,13 @@ impl Gpu {
 
     /// Submits one encoder's commands.
     pub fn submit(&self, encoder: wgpu::CommandEncoder) {
+        self.submit_finished(encoder.finish());
+    }
+
+    /// Submits a finished command buffer.
+    pub fn submit_finished(&self, commands: wgpu::CommandBuffer) {
         Tally::add(&self.tally.submits, 1);
-        self.queue.submit([encoder.finish()]);
+        self.queue.submit([commands]);
     }
 
     /// A bind group of `layout` over `entries`.

@@ -1,8 +1,8 @@
 //! `switchyard bench`'s device counters: for each test and each backend that counts
 //! (the GPU), what its timed runs cost the device per partition run — dispatches by
 //! kind, passes, submits, buffers and bind groups created, bytes written and read
-//! back, blocking waits, and the host time to record and submit a run (median, and
-//! per dispatch). The instruments for a GPU step, whose time is mostly overhead that
+//! back, blocking waits, the host time to record a run (median, and per dispatch) and
+//! the time inside the queue's submit. The instruments for a GPU step, whose time is mostly overhead that
 //! cannot be seen without the device.
 
 use serde::Serialize;
@@ -18,7 +18,7 @@ pub struct DeviceUse {
     pub backend: String,
     /// What happened during the test.
     pub counters: DeviceCounters,
-    /// Median host µs to record and submit one partition run.
+    /// Median host µs to record one partition run.
     pub median_record_us: Option<f64>,
     /// That median over the dispatches of an average run, µs.
     pub record_us_per_dispatch: Option<f64>,
@@ -87,7 +87,7 @@ pub fn print(uses: &[DeviceUse]) {
         let runs = c.runs.max(1) as f64;
         let per = |n: u64| n as f64 / runs;
         println!(
-            "{:<10} {:<6} {:>6} {:>10.1} {:>7.2} {:>8.2} {:>9} {:>11} {:>10.1} {:>9.1} {:>7.2} {:>10} {:>12}",
+            "{:<10} {:<6} {:>6} {:>10.1} {:>7.2} {:>8.2} {:>9} {:>11} {:>10.1} {:>9.1} {:>7.2} {:>10} {:>12} {:>10.1}",
             u.test,
             u.backend,
             c.runs,
@@ -103,6 +103,7 @@ pub fn print(uses: &[DeviceUse]) {
                 .map_or("-".into(), |m| format!("{m:.1}")),
             u.record_us_per_dispatch
                 .map_or("-".into(), |m| format!("{m:.2}")),
+            per(c.submit_nanos) / 1e3,
         );
         let kinds: Vec<String> = c
             .dispatches
