@@ -65,6 +65,9 @@ pub enum BackendError {
     /// A device error (allocation, submission, adapter loss).
     #[error("device: {0}")]
     Device(String),
+    /// `SWITCHYARD_ISA` names no kernel set, or one this CPU lacks.
+    #[error(transparent)]
+    Isa(cpu::isa::IsaError),
 }
 
 /// One partition as handed to [`Backend::compile`].

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use switchyard::backend::KvDType;
 
-use switchyard::bench::bandwidth::{BandwidthProbe, PROBE_BYTES};
+use switchyard::bench::bandwidth::{BandwidthProbe, PASSES_PER_PROBE, PROBE_BYTES};
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
@@ -35,8 +35,9 @@ pub struct BenchArgs {
     )]
     prompt_tokens: Vec<usize>,
     /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test. The
-    /// machine's read bandwidth is probed after each tgN run (256 MiB, not counted in
-    /// the peak RSS), and the decode's weight GB/s is shown as a share of it.
+    /// machine's read bandwidth is probed after each tgN run (the best of 5 passes over
+    /// 1 GiB, not counted in the peak RSS), and the decode's weight GB/s is shown as a
+    /// share of it.
     #[arg(
         long,
         value_name = "N",
@@ -131,7 +132,7 @@ struct Report {
 struct ReadBandwidth {
     /// Bytes each probe read.
     bytes: usize,
-    /// Each probe's GB/s (the median of its passes).
+    /// Each probe's GB/s (the best of its passes).
     probes_gb_s: Vec<f64>,
     /// The median probe.
     median_gb_s: f64,
@@ -427,10 +428,11 @@ fn print_table(report: &Report) {
             .map_or_else(String::new, |bw| {
                 format!(
                     ", {:.0} % of the {:.1} GB/s the machine read between its runs \
-                 (median of {} probes of {} MiB)",
+                 (median of {} probes, each the best of {} passes over {} MiB)",
                     100.0 * gb_s / bw.median_gb_s,
                     bw.median_gb_s,
                     bw.probes_gb_s.len(),
+                    PASSES_PER_PROBE,
                     bw.bytes >> 20
                 )
             });
