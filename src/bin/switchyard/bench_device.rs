@@ -67,7 +67,7 @@ pub fn print(uses: &[DeviceUse]) {
         "\ndevice counters per partition run (warm-up and compiles included in the creations)"
     );
     println!(
-        "{:<10} {:<6} {:>6} {:>10} {:>7} {:>8} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>12}",
+        "{:<10} {:<6} {:>6} {:>10} {:>7} {:>8} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>12} {:>10}",
         "test",
         "device",
         "runs",
@@ -79,8 +79,9 @@ pub fn print(uses: &[DeviceUse]) {
         "KB written",
         "KB read",
         "waits",
-        "host µs",
-        "µs/dispatch"
+        "record µs",
+        "µs/dispatch",
+        "submit µs"
     );
     for u in uses {
         let c = &u.counters;
