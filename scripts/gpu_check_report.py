@@ -30,7 +30,7 @@ def greedy(out, model):
     gpu = load(f"{out}/{model}.generate.cpu,gpu.json")
     if not cpu or not gpu:
         return None
-    a, b = cpu["generation"], gpu["generation"]
+    a, b = cpu.get("generation", cpu), gpu.get("generation", gpu)
     gap = 0.0
     for sa, sb in zip(a["top_logits"], b["top_logits"]):
         ids = {t["id"]: t["logit"] for t in sb}
@@ -52,6 +52,10 @@ def speeds(report):
     return {r["test"]: r["summary"]["median"] for r in report["results"]}
 
 
+def rounded(x, digits):
+    return None if x is None else round(x, digits)
+
+
 def counters(report):
     """Per decode run of the GPU: dispatches, submits, waits, creations, host µs."""
     if not report:
@@ -68,8 +72,8 @@ def counters(report):
                 "buffers_created": c["buffers_created"],
                 "bind_groups_created": c["bind_groups_created"],
                 "bytes_read_per_run": round(c["bytes_read"] / runs),
-                "median_record_us": use.get("median_record_us"),
-                "record_us_per_dispatch": use.get("record_us_per_dispatch"),
+                "median_record_us": rounded(use.get("median_record_us"), 1),
+                "record_us_per_dispatch": rounded(use.get("record_us_per_dispatch"), 2),
             }
     return None
 
@@ -124,7 +128,7 @@ def main():
             lines.append(f"| {r['model']} | {test} | {fmt(r['cpu'].get(test))} | {fmt(g)} "
                          f"| {fmt(v)} | {ratio} |")
     lines += ["", "| model | greedy tokens equal | max top-3 logit gap | dispatches / step "
-              "| submits / step | waits / step | buffers made | host µs / step | µs / dispatch |",
+              "| submits / step | waits / step | buffers made | record µs / step | µs / dispatch |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g, c = r["greedy"] or {}, r["counters"] or {}
@@ -134,6 +138,10 @@ def main():
             f"| {c.get('submits_per_run', '')} | {c.get('waits_per_run', '')} "
             f"| {c.get('buffers_created', '')} | {c.get('median_record_us') or ''} "
             f"| {c.get('record_us_per_dispatch') or ''} |")
+    arms = f"{out}/arms.md"
+    if os.path.exists(arms):
+        lines += ["", "Co-execution arms (`bench --arms cpu,gpu,split,gate`):", ""]
+        lines += [l.rstrip("\n") for l in open(arms) if l.startswith("|")]
     with open(f"{out}/gpu-check.md", "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
