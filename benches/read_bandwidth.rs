@@ -1,12 +1,13 @@
-//! The machine's DRAM read bandwidth, the ceiling of memory-bound decode: threads
-//! (default 2, like the decode benchmarks; `SWITCHYARD_BW_THREADS` to change) each
-//! sum their share of a 1 GiB buffer (far beyond L3), 10 passes after one warm-up
+//! The machine's DRAM read bandwidth, the ceiling of memory-bound decode: persistent
+//! threads (default 2, like the decode benchmarks; `SWITCHYARD_BW_THREADS` to change)
+//! each sum their share of a 1 GiB buffer (far beyond L3), 10 passes after one warm-up
 //! pass; prints the best and median pass in GB/s (10⁹ bytes/s). `switchyard bench`
-//! takes smaller passes of the same loop between its decode repetitions.
+//! runs the same probe (best of 5 passes) between its decode repetitions;
+//! `scripts/read-bandwidth.c` is an independent reader to check it against.
 //!
 //! Run: `cargo bench --bench read_bandwidth`.
 
-use switchyard::bench::bandwidth::{read_gb_s, touched_buffer};
+use switchyard::bench::bandwidth::{read_passes, touched_buffer};
 
 /// Buffer size: 1 GiB.
 const BYTES: usize = 1 << 30;
@@ -20,8 +21,7 @@ fn main() {
         .unwrap_or(2)
         .max(1);
     let buf = touched_buffer(BYTES);
-    read_gb_s(&buf, threads);
-    let mut gb_s: Vec<f64> = (0..PASSES).map(|_| read_gb_s(&buf, threads)).collect();
+    let mut gb_s = read_passes(&buf, threads, PASSES + 1).split_off(1);
     gb_s.sort_by(f64::total_cmp);
     println!(
         "read bandwidth, {threads} threads, 1 GiB buffer, {PASSES} passes: best {:.1} GB/s, median {:.1} GB/s",

@@ -1,9 +1,10 @@
 //! Criterion benchmarks of picking one token from a step's logits, at the vocabularies
 //! of the two benchmark models (SmolLM2-135M: 49152, Llama-3.2-1B: 128256): greedy
 //! (`Sampler::sample` at temperature 0, and the bare `sampler::argmax` that `bench`
-//! uses) and temperature sampling with top-k 40 and top-p 0.95. Sampling runs on the
-//! engine's thread between steps, once per stream, while the CPU pool waits. Ids are
-//! `sampling/<what>_<vocab>`.
+//! uses), temperature sampling with top-k 40 and top-p 0.95, and the server's default
+//! path: temperature 1 over the whole vocabulary (`t1_<vocab>`), and with top-p 0.9
+//! (`t1_top_p0.9_<vocab>`). Sampling runs on the engine's thread between steps, once
+//! per stream, while the CPU pool waits. Ids are `sampling/<what>_<vocab>`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -46,6 +47,24 @@ fn sampling(c: &mut Criterion) {
                 })
             },
         );
+        for (name, top_p) in [("t1", 1.0), ("t1_top_p0.9", 0.9)] {
+            let mut default = Sampler::new(SamplerConfig {
+                temperature: 1.0,
+                top_p,
+                ..SamplerConfig::default()
+            })
+            .expect("default config");
+            group.bench_function(
+                BenchmarkId::from_parameter(format!("{name}_{vocab}")),
+                |b| {
+                    b.iter(|| {
+                        default
+                            .sample(black_box(&l), History::prompt(&history))
+                            .expect("a token")
+                    })
+                },
+            );
+        }
         let mut drawn = Sampler::new(SamplerConfig {
             temperature: 0.8,
             top_k: 40,

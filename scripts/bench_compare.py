@@ -80,7 +80,8 @@ def main():
                      "rss_sy": max((r.get("peak_rss_bytes") or 0) for r in sy_runs),
                      "rss_ll": max(rss_ll, default=0), "model_kv": m["file_bytes"] + m["kv_bytes"],
                      "types": (m.get("tensors") or {}).get("dtypes"),
-                     "gb_s": [r["decode_read_gb_s"] for r in sy_runs if r.get("decode_read_gb_s")]})
+                     "gb_s": [r["decode_read_gb_s"] for r in sy_runs if r.get("decode_read_gb_s")],
+                     "bw": [r["read_bandwidth"]["median_gb_s"] for r in sy_runs if r.get("read_bandwidth")]})
 
     env = first["env"]
     tests = [r["test"] for r in first["results"]]
@@ -89,6 +90,14 @@ def main():
     print(f"cpu: {env['cpu_model']} ({env['cores_physical']} cores / {env['cores_logical']} threads; "
           f"{' '.join(env['simd'])})")
     print(f"switchyard {env['version']} ({env['git_commit']}); llama.cpp: llama-bench (C++)")
+    kernels = env.get("cpu_kernels")
+    if kernels:
+        capped = f"capped by {kernels['capped_by']}" if kernels.get("capped_by") else "uncapped"
+        print(f"switchyard CPU kernels: {kernels['active']} ({capped}; this CPU runs {kernels['host']})")
+    isa_file = os.path.join(d, "llamacpp.isa")
+    if os.path.exists(isa_file):
+        with open(isa_file) as f:
+            print(f"llama.cpp build: {f.read().strip()}")
     load = env.get("loadavg") or []
     if load:
         print(f"1-minute load at the first switchyard run: {load[0]:.2f}")
@@ -126,13 +135,17 @@ def main():
                   f"| {s['median'] / l['median']:.2f}× | {s['mean'] / l['mean']:.2f}× |")
 
     print("\nMemory (MiB):\n")
-    print("| model | switchyard peak RSS | model + KV | ratio | llama-bench peak RSS | switchyard decode read GB/s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| model | switchyard peak RSS | model + KV | ratio | llama-bench peak RSS "
+          "| switchyard decode read GB/s | host read GB/s (probe) | decode / host |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         ratio = f"{row['rss_sy'] / row['model_kv']:.2f}" if row["rss_sy"] and row["model_kv"] else "n/a"
-        gb_s = f"{statistics.median(row['gb_s']):.1f}" if row["gb_s"] else "n/a"
+        gb_s = statistics.median(row["gb_s"]) if row["gb_s"] else None
+        bw = statistics.median(row["bw"]) if row["bw"] else None
+        share = f"{100 * gb_s / bw:.0f} %" if gb_s and bw else "n/a"
         print(f"| {row['label']} | {mib(row['rss_sy'])} | {mib(row['model_kv'])} | {ratio} "
-              f"| {mib(row['rss_ll'])} | {gb_s} |")
+              f"| {mib(row['rss_ll'])} | {f'{gb_s:.1f}' if gb_s else 'n/a'} "
+              f"| {f'{bw:.1f}' if bw else 'n/a'} | {share} |")
     if any(row["types"] for row in rows):
         print("\nTensor types (switchyard bench --json; tensors, MiB):")
         for row in rows:

@@ -8,21 +8,55 @@
 # private virtual environment and -march=native (GGML_NATIVE). Takes ~15 minutes on 2
 # cores; later calls return at once.
 #
-# Usage: scripts/llamacpp-tools.sh [DIR]   (default: $SWITCHYARD_HOME/llamacpp-tools,
-#        SWITCHYARD_HOME defaulting to ~/.cache/switchyard). Set LLAMACPP_TOOLS to a folder
-#        that already holds the four binaries to use those instead.
+# Usage: scripts/llamacpp-tools.sh [--isa native|avx2] [DIR]
+#   DIR    default: $SWITCHYARD_HOME/llamacpp-tools (SWITCHYARD_HOME defaulting to
+#          ~/.cache/switchyard), or .../llamacpp-tools-avx2 with --isa avx2
+#   --isa  native (default): -march=native. avx2: GGML_NATIVE=OFF with AVX, AVX2, FMA,
+#          F16C, BMI2 and SSE4.2 on and every AVX-512, AVX-VNNI and AMX option off, so a
+#          host with AVX-512 runs the kernels an AVX2-only host runs (what
+#          SWITCHYARD_ISA=avx2 does for switchyard); built into a folder of its own.
+# Set LLAMACPP_TOOLS (native) or LLAMACPP_TOOLS_AVX2 (--isa avx2) to a folder that already
+# holds the four binaries of that kind to use those instead.
 set -euo pipefail
 
-if [ -n "${LLAMACPP_TOOLS:-}" ]; then
+isa=native
+dir_arg=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --isa)
+      [ $# -ge 2 ] || { echo "error: --isa needs a value: native or avx2" >&2; exit 2; }
+      isa="$2"; shift 2 ;;
+    --isa=*) isa="${1#--isa=}"; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    *)
+      [ -z "$dir_arg" ] || { echo "error: more than one DIR: $dir_arg, $1" >&2; exit 2; }
+      dir_arg="$1"; shift ;;
+  esac
+done
+case "$isa" in
+  native) given="${LLAMACPP_TOOLS:-}"; given_var=LLAMACPP_TOOLS; folder=llamacpp-tools ;;
+  avx2) given="${LLAMACPP_TOOLS_AVX2:-}"; given_var=LLAMACPP_TOOLS_AVX2; folder=llamacpp-tools-avx2 ;;
+  *) echo "error: --isa $isa is not a llama.cpp build: use native or avx2" >&2; exit 2 ;;
+esac
+
+if [ -n "$given" ]; then
   for t in llama-bench llama-quantize llama-server llama-perplexity; do
-    [ -x "$LLAMACPP_TOOLS/$t" ] || { echo "error: LLAMACPP_TOOLS=$LLAMACPP_TOOLS has no $t" >&2; exit 1; }
+    [ -x "$given/$t" ] || { echo "error: $given_var=$given has no $t" >&2; exit 1; }
   done
-  echo "$LLAMACPP_TOOLS"; exit 0
+  echo "$given"; exit 0
+fi
+
+if [ "$isa" = avx2 ]; then
+  for f in avx2 fma f16c; do
+    grep -qw "$f" /proc/cpuinfo 2>/dev/null ||
+      { echo "error: --isa avx2: this CPU lacks $f, so it cannot run an AVX2 build" >&2; exit 1; }
+  done
 fi
 
 version=0.3.36
 home="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}"
-dir="${1:-$home/llamacpp-tools}"
+dir="${dir_arg:-$home/$folder}"
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 bin="$dir/bin"
@@ -33,15 +67,29 @@ bin="$dir/bin"
 # fastest mode that runs, its AVX-512 REPACK path included. LLAMACPP_AMX=1 keeps AMX.
 # GCC lets an explicit -mno-X win over -march=native whatever their order.
 flags=""
-if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${LLAMACPP_AMX:-0}" != 1 ]; then
+if [ "$isa" = native ] && grep -qw amx_int8 /proc/cpuinfo 2>/dev/null && [ "${LLAMACPP_AMX:-0}" != 1 ]; then
   flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 fi
+# The instruction-set options: -march=native, or AVX2's set alone. The CPU backend is
+# linked in (no GGML_BACKEND_DL, no GGML_CPU_ALL_VARIANTS), so no variant chosen at run
+# time can bring AVX-512 back.
+if [ "$isa" = avx2 ]; then
+  simd=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+        -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF
+        -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+        -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+        -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF)
+  stamp="isa=avx2"
+else
+  simd=(-DGGML_NATIVE=ON)
+  stamp="$flags"
+fi
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-server" ] \
-  && [ -x "$bin/llama-perplexity" ] && [ "$(cat "$bin/cflags" 2>/dev/null)" = "$flags" ]; then
+  && [ -x "$bin/llama-perplexity" ] && [ "$(cat "$bin/cflags" 2>/dev/null)" = "$stamp" ]; then
   echo "$bin"; exit 0
 fi
 
-echo "building llama.cpp's tools into $bin (~15 minutes on 2 cores)..." >&2
+echo "building llama.cpp's tools ($isa) into $bin (~15 minutes on 2 cores)..." >&2
 src="$dir/src"
 if [ ! -f "$src/CMakeLists.txt" ]; then
   python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$version" -d "$dir/sdist" >&2
@@ -54,13 +102,25 @@ if [ ! -x "$dir/venv/bin/cmake" ] || [ ! -x "$dir/venv/bin/ninja" ]; then
   "$dir/venv/bin/pip" install --quiet cmake ninja >&2
 fi
 export PATH="$dir/venv/bin:$PATH"
-cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+# Each kind builds in a folder of its own: CMake keeps cached options between runs.
+build="$src/build"
+[ "$isa" = native ] || build="$src/build-$isa"
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${simd[@]}" \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$src/build" -j "$(nproc)" \
+cmake --build "$build" -j "$(nproc)" \
   --target llama-bench llama-quantize llama-server llama-perplexity >&2
+# An AVX2 build must hold no AVX-512 instruction (a ZMM register in its code).
+if [ "$isa" = avx2 ] && command -v objdump >/dev/null 2>&1; then
+  zmm="$(objdump -d --no-show-raw-insn "$build/bin/llama-bench" | grep -c '%zmm' || true)"
+  if [ "$zmm" -gt 0 ]; then
+    echo "error: the AVX2 build of llama-bench holds $zmm instructions on ZMM registers" \
+      "(AVX-512); see $build/CMakeCache.txt" >&2
+    exit 1
+  fi
+fi
 mkdir -p "$bin"
-cp "$src/build/bin/llama-bench" "$src/build/bin/llama-quantize" "$src/build/bin/llama-server" \
-  "$src/build/bin/llama-perplexity" "$bin/"
-printf '%s' "$flags" > "$bin/cflags"
+cp "$build/bin/llama-bench" "$build/bin/llama-quantize" "$build/bin/llama-server" \
+  "$build/bin/llama-perplexity" "$bin/"
+printf '%s' "$stamp" > "$bin/cflags"
 echo "$bin"

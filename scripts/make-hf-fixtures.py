@@ -7,7 +7,10 @@ tiny random-weight model with transformers, runs it in float64, and stores:
 
   * the config.json the model directory gets: the one transformers' save_pretrained
     writes (transformers 5 layout), or for the LEGACY variants the hand-written
-    transformers 4 layout (top-level rope_theta, rope_scaling) it was built from,
+    transformers 4 layout (top-level rope_theta, rope_scaling) it was built from, or
+    for the DUMPS (one per architecture) a full dump: every field to_dict() writes,
+    the generic PretrainedConfig ones at their defaults, with those transformers 4
+    also wrote (GENERIC_V4) added, which transformers then loads and runs,
   * the tensors' names and shapes, and the seed, scale and offset that regenerate
     each one (the Rust test rebuilds the weights bit-exactly from them),
   * for four prompts (one longer than any sliding window): transformers' token ids,
@@ -249,6 +252,78 @@ VARIANTS["llama_dynamic"] = variant(
 LEGACY.add("llama_dynamic")
 
 
+# One full config dump per architecture: name -> the variant it dumps.
+DUMPS = {
+    "full_dump_llama": "llama_base",
+    "full_dump_mistral": "mistral_window",
+    "full_dump_qwen2": "qwen2",
+    "full_dump_qwen3": "qwen3",
+    "full_dump_gemma2": "gemma2",
+    "full_dump_gemma3": "gemma3",
+    "full_dump_phi3": "phi3_window",
+}
+for dump, base in DUMPS.items():
+    VARIANTS[dump] = VARIANTS[base]
+
+# The generic fields of transformers 4.57's PretrainedConfig().to_dict() that
+# transformers 5's no longer writes, at their defaults: dumps by older transformers,
+# and by merge and conversion tools, carry them.
+GENERIC_V4 = {
+    "torchscript": False,
+    "pruned_heads": {},
+    "is_decoder": False,
+    "cross_attention_hidden_size": None,
+    "add_cross_attention": False,
+    "tie_encoder_decoder": False,
+    "finetuning_task": None,
+    "task_specific_params": None,
+    "tokenizer_class": None,
+    "prefix": None,
+    "sep_token_id": None,
+    "decoder_start_token_id": None,
+    "max_length": 20,
+    "min_length": 0,
+    "do_sample": False,
+    "early_stopping": False,
+    "num_beams": 1,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "repetition_penalty": 1.0,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "num_return_sequences": 1,
+    "output_scores": False,
+    "return_dict_in_generate": False,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "tf_legacy_loss": False,
+    "use_bfloat16": False,
+}
+
+
+def full_dump(config_json):
+    """The variant's config as a full dump, reloaded by transformers from its file."""
+    config = transformers.AutoConfig.for_model(**json.loads(json.dumps(config_json)))
+    written = dict(GENERIC_V4, **config.to_dict())
+    for key, value in transformers.PretrainedConfig().to_dict().items():
+        assert key in written, f"the dump lacks the generic field {key}"
+        if key not in ("transformers_version", "model_type", "_name_or_path"):
+            assert written[key] == value or key in config_json, f"{key} is not at its default"
+    with tempfile.TemporaryDirectory() as d:
+        (pathlib.Path(d) / "config.json").write_text(json.dumps(written))
+        return written, transformers.AutoConfig.from_pretrained(d)
+
+
 def top(logits, k=10):
     order = np.argsort(-logits, kind="stable")[:k]
     margin = float(logits[order[0]] - logits[order[1]])
@@ -256,7 +331,10 @@ def top(logits, k=10):
 
 
 def make(name, config_json, tokenizer, seed):
-    config = transformers.AutoConfig.for_model(**json.loads(json.dumps(config_json)))
+    if name in DUMPS:
+        written, config = full_dump(config_json)
+    else:
+        config = transformers.AutoConfig.for_model(**json.loads(json.dumps(config_json)))
     config._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(config).double().eval()
     tensors = []
@@ -269,7 +347,7 @@ def make(name, config_json, tokenizer, seed):
             tensors.append({"name": pname, "shape": shape, "scale": scale, "offset": offset})
     if name in LEGACY:
         written = config_json
-    else:
+    elif name not in DUMPS:
         with tempfile.TemporaryDirectory() as d:
             model.save_pretrained(d)
             written = json.loads((pathlib.Path(d) / "config.json").read_text())

@@ -28,6 +28,77 @@ fn doctor_reports_the_cpu_backend() {
     assert_eq!(json["backends"][0]["name"], "cpu");
 }
 
+/// `switchyard doctor --json` under `SWITCHYARD_ISA=env` (unset for `None`) with
+/// `flags` before the subcommand.
+fn doctor_under(env: Option<&str>, flags: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    match env {
+        Some(v) => cmd.env("SWITCHYARD_ISA", v),
+        None => cmd.env_remove("SWITCHYARD_ISA"),
+    };
+    cmd.args(flags)
+        .args(["doctor", "--json"])
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn the_cpu_kernel_cap_is_reported_and_bad_caps_are_refused_by_name() {
+    let kernels = |out: &Output| -> serde_json::Value {
+        assert!(out.status.success(), "{}", stderr(out));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["cpu_kernels"].clone()
+    };
+    let native = kernels(&doctor_under(None, &[]));
+    assert!(native["capped_by"].is_null(), "{native}");
+    assert_eq!(native["active"], native["host"]);
+    let host = native["host"].as_str().unwrap().to_string();
+
+    let scalar = kernels(&doctor_under(Some("scalar"), &[]));
+    assert_eq!(scalar["active"], "scalar");
+    assert_eq!(scalar["capped_by"], "SWITCHYARD_ISA");
+    assert_eq!(scalar["host"], host.as_str());
+    // The backend's version (a cache key) names the cap.
+    let out = doctor_under(None, &["--isa", "scalar"]);
+    assert_eq!(kernels(&out)["capped_by"], "--isa");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = json["backends"][0]["capability"]["version"]
+        .as_str()
+        .unwrap();
+    assert!(version.contains(" isa=scalar "), "{version}");
+    // The flag wins over the variable, but a bad variable is refused even then.
+    if host != "scalar" {
+        let out = doctor_under(Some("scalar"), &["--isa", "avx2"]);
+        assert_eq!(kernels(&out)["active"], "avx2");
+    }
+    let out = doctor_under(Some("bogus"), &["--isa", "scalar"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("SWITCHYARD_ISA=\"bogus\""),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = doctor_under(Some("sse9"), &[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("SWITCHYARD_ISA=\"sse9\" is not a kernel set"),
+        "{}",
+        stderr(&out)
+    );
+    let out = doctor_under(None, &["--isa", "avx512"]);
+    if host == "avx512" {
+        assert_eq!(kernels(&out)["active"], "avx512");
+    } else {
+        assert!(!out.status.success());
+        let text = stderr(&out);
+        assert!(
+            text.contains("--isa=avx512 asks for kernels this CPU lacks"),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn a_headless_gpu_probe_prints_no_desktop_errors() {
     // Mesa's device-selection layer, where installed, complains about a missing

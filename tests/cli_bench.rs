@@ -73,6 +73,14 @@ fn bench_json_reports_every_test_the_environment_and_memory() {
     assert!(env["simd"].is_array());
     assert_eq!(env["version"], env!("CARGO_PKG_VERSION"));
     assert!(env["git_commit"].is_string());
+    // The kernel set in force: the host's widest unless SWITCHYARD_ISA capped it.
+    let kernels = &env["cpu_kernels"];
+    assert!(
+        kernels["active"].is_string() && kernels["host"].is_string(),
+        "{kernels}"
+    );
+    let capped = std::env::var("SWITCHYARD_ISA").is_ok_and(|v| !v.trim().is_empty());
+    assert_eq!(kernels["capped_by"].is_null(), !capped, "{kernels}");
     for key in [
         "unix_time",
         "cpu_model",
@@ -90,7 +98,7 @@ fn bench_json_reports_every_test_the_environment_and_memory() {
         assert!(peak > 0);
         assert_eq!(env["loadavg"].as_array().unwrap().len(), 3);
         // tg4's warm-up and repetition are each followed by a read-bandwidth probe,
-        // whose 256 MiB buffer is not the benchmark's peak RSS (where the kernel lets a
+        // whose 1 GiB buffer is not the benchmark's peak RSS (where the kernel lets a
         // process reset its peak, as it lets this one).
         let bw = &json["read_bandwidth"];
         if std::fs::write("/proc/self/clear_refs", "5").is_err() {

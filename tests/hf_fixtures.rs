@@ -280,7 +280,12 @@ fn run_fixture(
         Format::Hf => write_model(fixture, dir.path()),
         Format::Gguf => write_gguf_model(fixture, dir.path()),
     };
-    let model = Model::open(&path).map_err(|e| e.to_string())?;
+    compare_model(fixture, &path, kv, tolerance)
+}
+
+/// Runs every prompt of `fixture` on the model at `path` (see [`run_fixture`]).
+fn compare_model(fixture: &Value, path: &Path, kv: KvDType, tolerance: f32) -> Result<f32, String> {
+    let model = Model::open(path).map_err(|e| e.to_string())?;
     let mut runner = model.runner(cpu(), 128).with_kv_dtype(kv);
     let forced: Vec<u32> = fixture["forced"]
         .as_array()
@@ -418,6 +423,71 @@ fn a_gguf_attention_factor_without_longrope_factors_is_refused() {
     );
     let one = [("phi3.rope.scaling.attn_factor", GgufValue::F32(1.0))];
     Model::open(&write_gguf_model_with(&fixture, dir.path(), &one)).unwrap();
+}
+
+/// Every supported architecture has a fixture whose `config.json` is a full dump:
+/// every generic field of transformers 5's `PretrainedConfig().to_dict()` and of
+/// transformers 4's, at its default, with which transformers ran the model; the
+/// Hugging Face directory matches its logits.
+#[test]
+fn a_full_config_dump_of_every_architecture_matches_transformers() {
+    const GENERIC: &[&str] = &[
+        "output_hidden_states",
+        "return_dict",
+        "dtype",
+        "chunk_size_feed_forward",
+        "is_encoder_decoder",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "torchscript",
+        "pruned_heads",
+        "add_cross_attention",
+        "tie_encoder_decoder",
+        "cross_attention_hidden_size",
+        "use_bfloat16",
+        "tf_legacy_loss",
+        "finetuning_task",
+        "tokenizer_class",
+        "prefix",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "task_specific_params",
+        "architectures",
+        "temperature",
+        "num_beams",
+    ];
+    let all = fixtures();
+    for arch in switchyard::model::llama::SUPPORTED_ARCHITECTURES {
+        let (name, fixture) = all
+            .iter()
+            .find(|(name, f)| name.starts_with("full_dump_") && f["config"]["model_type"] == *arch)
+            .unwrap_or_else(|| panic!("no full config dump of {arch}"));
+        for key in GENERIC {
+            assert!(fixture["config"].get(key).is_some(), "{name} lacks {key}");
+        }
+        let worst = run_fixture(fixture, Format::Hf, KvDType::F32, F32_KV_TOLERANCE)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!("{name}: top-10 logits within {worst:.5}");
+    }
+}
+
+/// GGUF metadata in a namespace no reader uses is read past, as llama.cpp does: the
+/// file loads and computes what transformers computes.
+#[test]
+fn a_gguf_key_in_a_namespace_no_reader_uses_is_read_past() {
+    let fixture = fixtures()
+        .into_iter()
+        .find(|(name, _)| name == "llama_base")
+        .expect("llama_base fixture")
+        .1;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [(
+        "hostile.array_bool",
+        GgufValue::Array(Array::Bool(vec![true, false, true])),
+    )];
+    let path = write_gguf_model_with(&fixture, dir.path(), &extra);
+    compare_model(&fixture, &path, KvDType::F32, F32_KV_TOLERANCE).unwrap();
 }
 
 /// The weight generator matches the script's: splitmix64's published first output

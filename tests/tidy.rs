@@ -26,6 +26,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/simd/avx512.rs",
     "src/backend/cpu/simd/kquant.rs",
     "src/backend/cpu/simd/mod.rs",
+    "src/bench/bandwidth.rs",
     "src/model/mapped.rs",
 ];
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{
-    Backend, BackendError, BackendId, Capability, CompiledPartition, HostTensor, PartitionSpec,
-    ResidentWeight, StepState, Tensor, WeightProvider,
+    Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceCounters, HostTensor,
+    PartitionSpec, ResidentWeight, StepState, Tensor, WeightProvider,
 };
 
 /// The environment variable that injects faults.
@@ -212,6 +212,14 @@ impl Backend for Faulty {
     fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError> {
         self.lost()?;
         self.inner.export(tensor)
+    }
+
+    fn counters(&self) -> Option<DeviceCounters> {
+        self.inner.counters()
+    }
+
+    fn takes_host_inputs(&self) -> bool {
+        self.inner.takes_host_inputs()
     }
 }
 

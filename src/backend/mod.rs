@@ -6,6 +6,7 @@
 //! handed one partition at a time through [`PartitionSpec`].
 
 mod capability;
+mod counters;
 pub mod cpu;
 pub mod fault;
 #[cfg(feature = "gpu")]
@@ -19,6 +20,7 @@ mod step;
 mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
+pub use counters::{DeviceCounters, RECENT_RUNS};
 pub use kv_rows::{KvBlocks, KvRows, KV_BLOCK};
 pub use profile::{OpLabel, OpProfile, OpTime, RowsProfile};
 pub use set::BackendSet;
@@ -63,6 +65,9 @@ pub enum BackendError {
     /// A device error (allocation, submission, adapter loss).
     #[error("device: {0}")]
     Device(String),
+    /// `SWITCHYARD_ISA` names no kernel set, or one this CPU lacks.
+    #[error(transparent)]
+    Isa(cpu::isa::IsaError),
 }
 
 /// One partition as handed to [`Backend::compile`].
@@ -121,6 +126,17 @@ pub trait Backend: Send + Sync {
     /// (`switchyard bench --profile`).
     fn op_profile(&self) -> Option<&OpProfile> {
         None
+    }
+    /// What this device has done so far (passes, dispatches, submits, buffers, bytes
+    /// moved, waits), where the backend counts it: a GPU does, the CPU does not.
+    fn counters(&self) -> Option<DeviceCounters> {
+        None
+    }
+    /// Whether the backend's partitions take host tensors as inputs and write them
+    /// into buffers of their own: the executor then hands them host values instead of
+    /// importing each into a fresh device buffer every step.
+    fn takes_host_inputs(&self) -> bool {
+        false
     }
 }
 

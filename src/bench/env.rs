@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use super::sensors::{self, PowerSource, PowerSupply, ThermalZone};
+use crate::backend::cpu::isa::{self, Dispatch};
 use crate::backend::cpu::threads::parse_physical_cores;
 
 /// Where and with what a benchmark ran.
@@ -22,6 +23,9 @@ pub struct EnvStamp {
     pub cores_logical: usize,
     /// SIMD features detected at run time (e.g. `avx2`, `fma`, `neon`).
     pub simd: Vec<&'static str>,
+    /// The CPU backend's kernel set: the one dispatched to, the host's widest, and
+    /// what capped it (`SWITCHYARD_ISA` or `--isa`); `None` for a bad cap.
+    pub cpu_kernels: Option<Dispatch>,
     /// GPU adapter name, as the caller's backend reported it.
     pub gpu_adapter: Option<String>,
     /// GPU driver name and version, as the caller's backend reported it.
@@ -85,6 +89,7 @@ impl EnvStamp {
             cores_physical: cpuinfo.as_deref().and_then(parse_physical_cores),
             cores_logical: std::thread::available_parallelism().map_or(1, |n| n.get()),
             simd: simd_features(),
+            cpu_kernels: isa::dispatch().ok(),
             gpu_adapter: facts.gpu_adapter,
             gpu_driver: facts.gpu_driver,
             os: std::env::consts::OS,

@@ -218,7 +218,9 @@ impl Executor {
                 });
             }
             let backend = self.backend_of(*id)?;
-            let imported =
+            let imported = if backend.takes_host_inputs() {
+                tensor.clone()
+            } else {
                 backend
                     .import(tensor.clone())
                     .map_err(|source| ExecError::Transfer {
@@ -226,7 +228,8 @@ impl Executor {
                         from: "caller".into(),
                         to: backend.name().to_string(),
                         source,
-                    })?;
+                    })?
+            };
             values[id.index()] = Some(imported);
         }
         Ok(())
@@ -246,7 +249,11 @@ impl Executor {
             .expect("transfer sources are produced before the transfer");
         let host = from.export(source).map_err(fail)?;
         let converted = host.converted(t.to_dtype).map_err(fail)?;
-        values[t.node.index()] = Some(to.import(converted).map_err(fail)?);
+        values[t.node.index()] = Some(if to.takes_host_inputs() {
+            converted
+        } else {
+            to.import(converted).map_err(fail)?
+        });
         Ok(())
     }
 

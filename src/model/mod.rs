@@ -19,6 +19,7 @@ pub mod llama;
 pub mod perplexity;
 pub mod safetensors;
 pub mod sampler;
+mod sampler_select;
 pub mod tokenizer;
 
 pub use error::ModelError;

@@ -14,6 +14,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::sampler_select::{block_sums, by_logit_desc, exp_nonpositive, locate, nucleus};
+
 /// Errors from configuring a sampler or sampling.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SamplerError {
@@ -120,6 +122,12 @@ impl<'a> History<'a> {
 pub struct Sampler {
     config: SamplerConfig,
     rng: ChaCha8Rng,
+    /// Each token's weight in the last untruncated draw, kept to reuse its allocation.
+    weights: Vec<f32>,
+    /// The sums of those weights by blocks, kept likewise.
+    blocks: Vec<f32>,
+    /// The last top-p draw's candidates, kept to reuse their allocation.
+    cands: Vec<(u32, f32)>,
 }
 
 /// NaN → -inf (never chosen), +inf → the largest finite value.
@@ -163,11 +171,6 @@ fn argmax_by_key(values: &[f32], key: impl Fn(f32) -> i32 + Copy) -> Option<usiz
         .iter()
         .position(|&v| key(v) == best)?;
     Some(chunk * ARGMAX_CHUNK + within)
-}
-
-/// Orders candidates by logit, highest first; equal logits by lowest id.
-fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 impl Sampler {
@@ -231,6 +234,9 @@ impl Sampler {
         Ok(Self {
             config,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            weights: Vec::new(),
+            blocks: Vec::new(),
+            cands: Vec::new(),
         })
     }
 
@@ -255,27 +261,44 @@ impl Sampler {
                 _ => Err(SamplerError::NoCandidates(logits.len())),
             };
         }
-        let mut logits: Vec<f32> = logits.iter().copied().map(sanitize).collect();
-        self.adjust(&mut logits, history);
-        let c = &self.config;
+        let adjusted: Vec<f32>;
+        let logits = if self.adjusts() {
+            let mut copy: Vec<f32> = logits.iter().copied().map(sanitize).collect();
+            self.adjust(&mut copy, history);
+            adjusted = copy;
+            &adjusted[..]
+        } else {
+            logits
+        };
         if greedy {
             // Sanitized logits hold no NaN, so the largest is a candidate unless every
             // logit is -inf.
-            return match argmax(&logits) {
+            return match argmax(logits) {
                 Some(id) if logits[id] > f32::NEG_INFINITY => Ok(id as u32),
                 _ => Err(SamplerError::NoCandidates(logits.len())),
             };
         }
+        if self.config.top_k > 0 && self.config.top_k < logits.len() {
+            self.sample_top_k(logits)
+        } else {
+            self.sample_all(logits)
+        }
+    }
+
+    /// Top-k sampling: the `top_k` best (by logit, then lowest id) selected and sorted,
+    /// then the softmax at temperature, top-p and min-p over them, and a draw.
+    fn sample_top_k(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
+        let c = &self.config;
         let mut cands: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
-            .filter(|(_, &l)| l > f32::NEG_INFINITY)
-            .map(|(id, &l)| (id as u32, l))
+            .map(|(id, &l)| (id as u32, sanitize(l)))
+            .filter(|&(_, l)| l > f32::NEG_INFINITY)
             .collect();
         if cands.is_empty() {
             return Err(SamplerError::NoCandidates(logits.len()));
         }
-        if c.top_k > 0 && c.top_k < cands.len() {
+        if c.top_k < cands.len() {
             cands.select_nth_unstable_by(c.top_k - 1, by_logit_desc);
             cands.truncate(c.top_k);
         }
@@ -303,16 +326,88 @@ impl Sampler {
             let floor = probs[0] * f64::from(c.min_p);
             keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
         }
-        let kept = &probs[..keep];
-        let mut r = self.rng.gen::<f64>() * kept.iter().sum::<f64>();
-        for (i, &p) in kept.iter().enumerate() {
-            if r < p {
-                return Ok(cands[i].0);
-            }
-            r -= p;
+        let ids = cands[..keep].iter().map(|&(id, _)| id);
+        Ok(self.draw(ids.zip(probs[..keep].iter().copied())))
+    }
+
+    /// Sampling over the whole vocabulary (no top-k) without sorting it: one pass for
+    /// the maximum, one for each token's weight `e^((l − max)/T)` relative to the best
+    /// (min-p then zeroes those below `min_p`), summed by blocks, then a draw by inverse
+    /// CDF in id order, or, for top-p, over the nucleus that [`nucleus`] selects (in
+    /// the order it leaves them: any order draws each token with its share of the kept
+    /// weight).
+    fn sample_all(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
+        let max = logits
+            .iter()
+            .map(|&l| sanitize(l))
+            .fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return Err(SamplerError::NoCandidates(logits.len()));
         }
-        // Rounding left r just above the last bucket: it belongs to the last kept token.
-        Ok(cands[keep - 1].0)
+        let (t, min_p, top_p) = (
+            self.config.temperature,
+            self.config.min_p,
+            self.config.top_p,
+        );
+        let (mut weights, mut blocks) = (
+            std::mem::take(&mut self.weights),
+            std::mem::take(&mut self.blocks),
+        );
+        weights.clear();
+        // Divided, not multiplied by 1/T: a tiny T makes 1/T infinite and 0·inf NaN.
+        weights.extend(
+            logits
+                .iter()
+                .map(|&l| exp_nonpositive((sanitize(l) - max) / t)),
+        );
+        block_sums(&weights, &mut blocks);
+        let total: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
+        if min_p > 0.0 {
+            weights
+                .iter_mut()
+                .filter(|w| **w < min_p)
+                .for_each(|w| *w = 0.0);
+            block_sums(&weights, &mut blocks);
+        }
+        let id = if top_p < 1.0 {
+            let mut cands = std::mem::take(&mut self.cands);
+            cands.clear();
+            cands.extend(
+                weights
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &w)| w > 0.0)
+                    .map(|(id, _)| (id as u32, sanitize(logits[id]))),
+            );
+            let keep = nucleus(&mut cands, &weights, f64::from(top_p) * total);
+            let kept = cands[..keep].iter().map(|&(id, _)| id);
+            let id = self.draw(kept.map(|id| (id, f64::from(weights[id as usize]))));
+            self.cands = cands;
+            id
+        } else {
+            let kept: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
+            let r = self.rng.gen::<f64>() * kept;
+            locate(&weights, &blocks, r) as u32
+        };
+        (self.weights, self.blocks) = (weights, blocks);
+        Ok(id)
+    }
+
+    /// One draw by inverse CDF from `(id, weight)` pairs (at least one positive):
+    /// a uniform point in their total weight, and the pair whose span holds it.
+    fn draw(&mut self, pairs: impl Iterator<Item = (u32, f64)> + Clone) -> u32 {
+        let total: f64 = pairs.clone().map(|(_, w)| w).sum();
+        let mut r = self.rng.gen::<f64>() * total;
+        let mut last = 0;
+        for (id, w) in pairs {
+            if r < w {
+                return id;
+            }
+            r -= w;
+            last = id;
+        }
+        // Rounding left r just above the last span: it belongs to the last token.
+        last
     }
 
     /// Whether any bias or penalty can change a logit.
@@ -550,6 +645,54 @@ mod tests {
         let counts = histogram(&mut s, &logits_for(&[0.75, 0.25]), 4000);
         let share = counts[0] as f64 / 4000.0;
         assert!((0.72..0.78).contains(&share), "{counts:?}");
+    }
+
+    /// Pearson's chi-square of `counts` against the probabilities `expected`.
+    fn chi_square(counts: &[usize], expected: &[f64]) -> f64 {
+        let n = counts.iter().sum::<usize>() as f64;
+        let terms = counts.iter().zip(expected);
+        terms
+            .map(|(&c, &p)| (c as f64 - n * p).powi(2) / (n * p))
+            .sum()
+    }
+
+    /// Temperature sampling draws by the softmax of the logits over T: the frequencies
+    /// of 20000 seeded draws pass a chi-square test at p = 0.001 (a wrong temperature
+    /// or a biased draw gives hundreds).
+    #[test]
+    fn temperature_draws_pass_a_chi_square_test() {
+        let probs = [0.3, 0.25, 0.2, 0.15, 0.07, 0.03];
+        for (temperature, seed) in [(1.0f32, 7), (0.7, 8), (2.5, 9)] {
+            let mut s = sampler(SamplerConfig {
+                seed,
+                ..with_temp(temperature)
+            });
+            let counts = histogram(&mut s, &logits_for(&probs), 20_000);
+            let weights: Vec<f64> = probs
+                .iter()
+                .map(|&p| f64::from(p).powf(1.0 / f64::from(temperature)))
+                .collect();
+            let total: f64 = weights.iter().sum();
+            let expected: Vec<f64> = weights.iter().map(|w| w / total).collect();
+            // 20.52: the 0.999 quantile of chi-square with 5 degrees of freedom.
+            let chi2 = chi_square(&counts, &expected);
+            assert!(chi2 < 20.52, "T {temperature}: chi2 {chi2}, {counts:?}");
+        }
+    }
+
+    /// Top-p draws only from the nucleus, in proportion to the nucleus's own weights.
+    #[test]
+    fn top_p_draws_pass_a_chi_square_test_over_the_nucleus() {
+        let mut s = sampler(SamplerConfig {
+            top_p: 0.75,
+            ..with_temp(1.0)
+        });
+        let counts = histogram(&mut s, &logits_for(&[0.2, 0.4, 0.1, 0.3]), 20_000);
+        assert_eq!(counts[2], 0, "{counts:?}");
+        let kept = [counts[0], counts[1], counts[3]];
+        // 13.82: the 0.999 quantile of chi-square with 2 degrees of freedom.
+        let chi2 = chi_square(&kept, &[2.0 / 9.0, 4.0 / 9.0, 3.0 / 9.0]);
+        assert!(chi2 < 13.82, "chi2 {chi2}, {counts:?}");
     }
 
     #[test]

@@ -426,6 +426,13 @@ impl Engine {
         );
         self.metrics
             .cache(self.runner.cache_stats(), self.runner.phase_stats());
+        self.metrics.devices(
+            self.runner
+                .backends()
+                .iter()
+                .filter_map(|b| Some((b.name().to_string(), b.counters()?)))
+                .collect(),
+        );
         self.metrics.gates(
             self.runner
                 .gate_reports()

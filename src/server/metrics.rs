@@ -6,6 +6,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::backend::DeviceCounters;
 use crate::cache::CacheStats;
 use crate::model::FinishReason;
 use crate::sched::PrefixStats;
@@ -97,6 +98,7 @@ pub(crate) struct Metrics {
     failovers: AtomicU64,
     live_backends: AtomicI64,
     recoveries: AtomicU64,
+    devices: Mutex<Vec<(String, DeviceCounters)>>,
 }
 
 /// One prefill bucket's co-execution gate, as `/metrics` shows it.
@@ -146,6 +148,7 @@ impl Metrics {
             gates: Mutex::new(Vec::new()),
             failovers: AtomicU64::new(0),
             live_backends: AtomicI64::new(0),
+            devices: Mutex::new(Vec::new()),
             recoveries: AtomicU64::new(0),
         }
     }
@@ -240,6 +243,11 @@ impl Metrics {
     /// Counts a step that panicked, after which the engine rebuilt its runner state.
     pub fn recovered(&self) {
         self.recoveries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Stores the device counters of the backends that keep them (the GPU), by name.
+    pub fn devices(&self, devices: Vec<(String, DeviceCounters)>) {
+        *lock(&self.devices) = devices;
     }
 
     /// Stores the co-execution gates' state.
@@ -413,7 +421,71 @@ impl Metrics {
         );
         self.render_cache(&mut out);
         self.render_gates(&mut out);
+        self.render_devices(&mut out);
         out
+    }
+
+    fn render_devices(&self, out: &mut String) {
+        let devices = lock(&self.devices);
+        if devices.is_empty() {
+            return;
+        }
+        let name = "switchyard_device_dispatches_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Compute dispatches a device ran, by kernel kind.",
+        );
+        for (backend, c) in devices.iter() {
+            for (kind, n) in &c.dispatches {
+                let _ = writeln!(out, "{name}{{backend=\"{backend}\",kind=\"{kind}\"}} {n}");
+            }
+        }
+        type Read = fn(&DeviceCounters) -> u64;
+        let families: [(&str, &str, Read); 10] = [
+            ("runs", "Compiled partitions a device ran.", |c| c.runs),
+            ("passes", "Compute passes a device began.", |c| c.passes),
+            ("submits", "Command buffers submitted to a device.", |c| {
+                c.submits
+            }),
+            ("buffers_created", "Device buffers created.", |c| {
+                c.buffers_created
+            }),
+            ("bind_groups_created", "Bind groups created.", |c| {
+                c.bind_groups_created
+            }),
+            (
+                "bytes_written",
+                "Bytes written from the host to a device.",
+                |c| c.bytes_written,
+            ),
+            ("bytes_read", "Bytes read back from a device.", |c| {
+                c.bytes_read
+            }),
+            (
+                "waits",
+                "Times the host blocked waiting for a device.",
+                |c| c.waits,
+            ),
+            (
+                "record_nanoseconds",
+                "Host time spent recording a device's runs.",
+                |c| c.record_nanos,
+            ),
+            (
+                "submit_nanoseconds",
+                "Host time spent inside a device's queue submits.",
+                |c| c.submit_nanos,
+            ),
+        ];
+        for (what, help, read) in families {
+            let name = format!("switchyard_device_{what}_total");
+            header(out, &name, "counter", help);
+            for (backend, c) in devices.iter() {
+                let _ = writeln!(out, "{name}{{backend=\"{backend}\"}} {}", read(c));
+            }
+        }
     }
 
     fn render_gates(&self, out: &mut String) {
@@ -513,6 +585,15 @@ mod tests {
             calls: 30,
             switches: 1,
         }]);
+        m.devices(vec![(
+            "gpu".into(),
+            DeviceCounters {
+                runs: 3,
+                dispatches: [("matmul".to_string(), 12)].into(),
+                waits: 3,
+                ..DeviceCounters::default()
+            },
+        )]);
         let text = m.render();
         for line in [
             "switchyard_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
@@ -536,6 +617,9 @@ mod tests {
             "switchyard_coexec_active_arm{bucket=\"64\",arm=\"split\"} 1",
             "switchyard_coexec_gate_calls_total{bucket=\"64\"} 30",
             "switchyard_coexec_gate_switches_total{bucket=\"64\"} 1",
+            "switchyard_device_dispatches_total{backend=\"gpu\",kind=\"matmul\"} 12",
+            "switchyard_device_runs_total{backend=\"gpu\"} 3",
+            "switchyard_device_waits_total{backend=\"gpu\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

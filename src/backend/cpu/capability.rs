@@ -25,11 +25,18 @@ pub(super) fn detect(threads: usize) -> Capability {
     }
 }
 
-/// "cpu <arch> <features...> threads=<n>": part of cache keys, so a plan compiled for
-/// one machine's SIMD set is not reused on another.
+/// "cpu <arch> <features...> [isa=<cap>] threads=<n>": part of cache keys, so a plan
+/// compiled for one machine's SIMD set, or under one kernel cap, is not reused on
+/// another.
 fn version_string(threads: usize) -> String {
     let mut parts = vec!["cpu".to_string(), std::env::consts::ARCH.to_string()];
     parts.extend(simd_features().into_iter().map(str::to_string));
+    if let Some(d) = super::isa::dispatch()
+        .ok()
+        .filter(|d| d.capped_by().is_some())
+    {
+        parts.push(format!("isa={}", d.active().name()));
+    }
     parts.push(format!("threads={threads}"));
     parts.join(" ")
 }

@@ -7,6 +7,7 @@ mod bf16_pairs;
 mod capability;
 mod compile;
 mod dispatch;
+pub mod isa;
 mod kernels;
 mod packed;
 mod prefetch;
@@ -38,8 +39,10 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend running on `threads` worker threads (default: available parallelism).
+    /// A backend running on `threads` worker threads (default: available parallelism);
+    /// refuses a `SWITCHYARD_ISA` that names no kernel set or one this CPU lacks.
     pub fn new(threads: Option<usize>) -> Result<CpuBackend, BackendError> {
+        isa::dispatch().map_err(BackendError::Isa)?;
         let threads = threads
             .filter(|&t| t > 0)
             .unwrap_or_else(threads::default_threads);

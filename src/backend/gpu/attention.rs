@@ -1,10 +1,11 @@
-//! Attention on the GPU over the paged KV pool, for one sequence or a batch of them:
-//! write the step's keys and values into each sequence's blocks, score every visible
-//! position, a softmax over each query row's visible scores, and the weighted sum of
-//! values. Which sequence a row belongs to is runtime state: each step writes a row
-//! table (`(position + 1, table base)` per row, zero for padding) and the sequences'
-//! block tables, so the dispatches, bound to the pool's buffers, are recorded once per
-//! pool generation and serve any batch.
+//! Attention on the GPU over the paged KV pool, for one sequence or a batch of them, in
+//! two dispatches: write the step's keys and values into each sequence's blocks (with
+//! the rotary embedding of queries and keys, when fusion put the rope nodes here), then
+//! one kernel that scores, softmaxes and mixes the values of every visible position
+//! with an online softmax. Which sequence a row belongs to is runtime state: each step
+//! writes a row table (`(position + 1, table base)` per row, zero for padding) and the
+//! sequences' block tables, so the dispatches, bound to the pool's buffers, are recorded
+//! once per pool generation and serve any batch.
 
 use std::sync::Arc;
 
@@ -31,6 +32,27 @@ pub(super) struct AttentionNode {
     pub k: wgpu::Buffer,
     pub v: wgpu::Buffer,
     pub out: wgpu::Buffer,
+    /// The rope of `q` and `k` run in the KV write: `q` and `k` are then the roped
+    /// outputs it writes, computed from these inputs.
+    pub rope: Option<RopeFusion>,
+}
+
+/// The query and key ropes fused into an attention node's KV write.
+pub(super) struct RopeFusion {
+    /// Queries before rotation, `[n, heads, head_dim]`.
+    pub q_in: wgpu::Buffer,
+    /// Keys before rotation, `[n, kv_heads, head_dim]`.
+    pub k_in: wgpu::Buffer,
+    /// Each row's position (i32).
+    pub positions: wgpu::Buffer,
+    /// Rotated dimensions per head.
+    pub n_rot: u32,
+    /// NeoX pairing (`i` with `i + n_rot / 2`) instead of adjacent pairs.
+    pub neox: bool,
+    /// Base of the rotation frequencies.
+    pub freq_base: f32,
+    /// Position scale.
+    pub freq_scale: f32,
 }
 
 /// The per-step buffers every attention node of a partition reads.
@@ -39,22 +61,21 @@ struct StepBuffers {
     rows: wgpu::Buffer,
     /// The segments' block tables, one after another.
     tables: wgpu::Buffer,
-    /// Score scratch, `[n, heads, capacity]` f32, shared (the nodes run in turn).
-    scores: wgpu::Buffer,
 }
 
 /// What the recorded dispatches are bound to: pool buffers, capacity, f16 rounding.
 type Binding = ((u64, u64), usize, bool);
 
 impl AttentionNode {
-    /// The four dispatches of this node against its layer's pool buffers.
+    /// The two dispatches of this node against its layer's pool buffers: the KV write
+    /// (with the ropes, when fused) and attention.
     fn record(
         &self,
         gpu: &Gpu,
         pool_layer: &(wgpu::Buffer, wgpu::Buffer),
         layout: KvLayout,
         step: &StepBuffers,
-    ) -> Result<[Dispatch; 4], BackendError> {
+    ) -> Result<[Dispatch; 2], BackendError> {
         if layout.n_kv_heads != self.kv_heads || layout.head_dim != self.head_dim {
             return Err(BackendError::KvCache(format!(
                 "cache has {} kv heads of dim {}, layer {} needs {} of dim {}",
@@ -67,63 +88,83 @@ impl AttentionNode {
                 self.heads, self.kv_heads
             )));
         }
+        if self.head_dim > MAX_HEAD_DIM {
+            return Err(BackendError::Input(format!(
+                "attention: the GPU kernel takes heads of at most {MAX_HEAD_DIM} dimensions, not {}",
+                self.head_dim
+            )));
+        }
         let (keys, values) = pool_layer;
-        let source = |name: &str, wgsl: &str| Source {
-            name: name.into(),
-            wgsl: wgsl.into(),
-        };
         let width = self.kv_heads * self.head_dim;
         let (heads, n) = (word("heads", self.heads)?, word("tokens", self.n)?);
         let (kv_heads, dh) = (
             word("kv heads", self.kv_heads)?,
             word("head dim", self.head_dim)?,
         );
-        let cap = word("capacity", layout.capacity)?;
-        let len = word("kv elements", self.n * width)?;
-        let (gx, gy) = fold(gpu, len.div_ceil(256));
+        let round = u32::from(layout.dtype == KvDType::F16);
+        let k_len = word("kv elements", self.n * width)?;
         let (rows, tables) = (&step.rows, &step.tables);
-        let write = dispatch(
+        let write = match &self.rope {
+            None => {
+                let (gx, gy) = fold(gpu, k_len.div_ceil(256));
+                dispatch(
+                    gpu,
+                    &Source::fixed("kv_write", kernels::KV_WRITE),
+                    &[k_len, gx, word("kv width", width)?, round],
+                    &[rows, tables, &self.k, &self.v, keys, values],
+                    [gx, gy, 1],
+                )?
+            }
+            Some(rope) => {
+                let q_len = word("query elements", self.n * self.heads * self.head_dim)?;
+                let (gx, gy) = fold(gpu, (q_len + k_len).div_ceil(256));
+                dispatch(
+                    gpu,
+                    &Source::fixed("rope_kv", kernels::ROPE_KV),
+                    &[
+                        q_len,
+                        k_len,
+                        gx,
+                        dh,
+                        word("query width", self.heads * self.head_dim)?,
+                        word("kv width", width)?,
+                        rope.n_rot,
+                        u32::from(rope.neox),
+                        rope.freq_base.to_bits(),
+                        rope.freq_scale.to_bits(),
+                        round,
+                    ],
+                    &[
+                        rows,
+                        tables,
+                        &rope.positions,
+                        &rope.q_in,
+                        &rope.k_in,
+                        &self.v,
+                        &self.q,
+                        &self.k,
+                        keys,
+                        values,
+                    ],
+                    [gx, gy, 1],
+                )?
+            }
+        };
+        let attend = dispatch(
             gpu,
-            &source("kv_write", kernels::KV_WRITE),
-            &[
-                len,
-                gx,
-                word("kv width", width)?,
-                u32::from(layout.dtype == KvDType::F16),
-            ],
-            &[rows, tables, &self.k, &self.v, keys, values],
-            [gx, gy, 1],
-        )?;
-        let score = dispatch(
-            gpu,
-            &source("attn_scores", kernels::ATTN_SCORES),
+            &Source::fixed("attention", kernels::ATTEND),
             &[
                 heads,
                 kv_heads,
                 dh,
-                cap,
                 self.scale.to_bits(),
                 self.window,
                 self.softcap.to_bits(),
             ],
-            &[rows, tables, &self.q, keys, &step.scores],
-            [cap.div_ceil(64), heads, n],
-        )?;
-        let softmax = dispatch(
-            gpu,
-            &source("attn_softmax", kernels::ATTN_SOFTMAX),
-            &[cap, heads],
-            &[rows, &step.scores],
+            &[rows, tables, &self.q, keys, values, &self.out],
             [heads, n, 1],
         )?;
-        let mix = dispatch(
-            gpu,
-            &source("attn_values", kernels::ATTN_VALUES),
-            &[heads, kv_heads, dh, cap],
-            &[rows, tables, &step.scores, values, &self.out],
-            [dh.div_ceil(64), heads, n],
-        )?;
-        Ok([write, score, softmax, mix])
+        Ok([write, attend])
     }
 }
 
@@ -131,13 +172,13 @@ impl AttentionNode {
 pub(super) struct AttentionSet {
     nodes: Vec<AttentionNode>,
     /// Per node, its dispatches for `bound`.
-    recorded: Vec<[Dispatch; 4]>,
+    recorded: Vec<[Dispatch; 2]>,
     bound: Option<Binding>,
     step: Option<StepBuffers>,
 }
 
-/// The dispatch of a node's four that scores positions; its grid follows the step.
-const SCORES: usize = 1;
+/// Most dimensions per head the attention kernel takes (four per thread of 64).
+const MAX_HEAD_DIM: usize = 256;
 
 impl AttentionSet {
     /// The set of `nodes`, bound to nothing until the first step.
@@ -152,16 +193,15 @@ impl AttentionSet {
 
     /// Gets every segment's GPU cache ready for this step (blocks for its new
     /// positions; its host rows uploaded where the host held the newest), writes the row
-    /// and block tables, and binds the dispatches to the pool. Returns the positions the
-    /// most-seeing row sees, for [`AttentionSet::encode`].
+    /// and block tables, and binds the dispatches to the pool.
     pub fn prepare(
         &mut self,
         gpu: &Arc<Gpu>,
         pools: &KvPools,
         state: &mut StepState<'_>,
-    ) -> Result<u32, BackendError> {
+    ) -> Result<(), BackendError> {
         let Some(n) = self.nodes.iter().map(|a| a.n).max() else {
-            return Ok(0);
+            return Ok(());
         };
         let segments = state.segments_mut();
         let layout = match segments.first() {
@@ -171,7 +211,6 @@ impl AttentionSet {
         let pool = pools.get(gpu, layout);
         let mut rows = vec![[0u32; 2]; n];
         let mut tables: Vec<u32> = Vec::new();
-        let mut visible = 0;
         for segment in segments {
             let span = segment.rows_within(n)?;
             let (kv_len, cache) = (segment.kv_len, &mut *segment.kv);
@@ -213,7 +252,6 @@ impl AttentionSet {
             for (i, row) in span.enumerate() {
                 rows[row] = [word("position", kv_len + i + 1)?, base];
             }
-            visible = visible.max(end);
         }
         self.bind(gpu, &pool, layout, n)?;
         let step = self.step.as_ref().expect("bound above");
@@ -224,13 +262,11 @@ impl AttentionSet {
                 step.tables.size()
             )));
         }
-        gpu.queue
-            .write_buffer(&step.rows, 0, bytemuck::cast_slice(&rows));
+        gpu.write(&step.rows, 0, bytemuck::cast_slice(&rows));
         if !tables.is_empty() {
-            gpu.queue
-                .write_buffer(&step.tables, 0, bytemuck::cast_slice(&tables));
+            gpu.write(&step.tables, 0, bytemuck::cast_slice(&tables));
         }
-        word("visible positions", visible)
+        Ok(())
     }
 
     /// Records every node against `pool` unless already bound to it.
@@ -246,20 +282,11 @@ impl AttentionSet {
             return Ok(());
         }
         let pool = pool.buffers();
-        let widest = self.nodes.iter().map(|a| a.n * a.heads).max().unwrap_or(0);
-        let bytes = widest * layout.capacity * 4;
-        if bytes as u64 > gpu.limits.max_storage_buffer_binding_size {
-            return Err(BackendError::KvCache(format!(
-                "attention scores for {} positions need {bytes} bytes, over the adapter's buffer limit; use a smaller --ctx",
-                layout.capacity
-            )));
-        }
         // Every row may be its own sequence, each with a full table.
         let entries = n * layout.capacity.div_ceil(BLOCK);
         let step = StepBuffers {
             rows: gpu.storage("attention rows", n * 8),
             tables: gpu.storage("attention block tables", entries * 4),
-            scores: gpu.storage("attention scores", bytes),
         };
         self.recorded = self
             .nodes
@@ -276,17 +303,29 @@ impl AttentionSet {
         Ok(())
     }
 
-    /// Adds node `i`'s dispatches for the prepared step to `pass`; the scores cover only
-    /// the `visible` positions [`AttentionSet::prepare`] returned.
-    pub fn encode(&self, i: usize, visible: u32, pass: &mut wgpu::ComputePass<'_>) {
-        for (k, d) in self.recorded[i].iter().enumerate() {
-            let [mut x, y, z] = d.groups;
-            if k == SCORES {
-                x = visible.div_ceil(64).max(1);
-            }
-            pass.set_pipeline(&d.pipeline);
-            pass.set_bind_group(0, &d.bind_group, &[]);
-            pass.dispatch_workgroups(x, y, z);
+    /// Adds node `i`'s dispatches for the prepared step to `pass`.
+    pub fn encode(&self, i: usize, pass: &mut wgpu::ComputePass<'_>) {
+        for d in &self.recorded[i] {
+            d.encode(pass);
         }
+    }
+
+    /// Dispatches each node issues per step, by kind.
+    pub fn kinds(&self) -> Vec<(&'static str, u64)> {
+        let mut kinds: Vec<(&'static str, u64)> = Vec::new();
+        for node in &self.nodes {
+            let write = if node.rope.is_some() {
+                "rope_kv"
+            } else {
+                "kv_write"
+            };
+            for kind in [write, "attention"] {
+                match kinds.iter_mut().find(|(k, _)| *k == kind) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push((kind, 1)),
+                }
+            }
+        }
+        kinds
     }
 }

@@ -1,28 +1,32 @@
-//! A compiled GPU partition: buffers for its inputs and for every slot of the buffer
-//! plan, weights resolved to resident GPU buffers, and each node recorded as
-//! dispatches. A run prepares attention's KV blocks and row tables, copies the inputs
-//! in, replays the dispatches in one compute pass, copies the outputs to fresh
-//! buffers and submits without waiting: the host goes on (with CPU partitions that do
-//! not need these outputs) while the GPU works, and waits only when a result is read
-//! back.
+//! A compiled GPU partition. Compiling groups the nodes into fused units (`fuse.rs`),
+//! gives every value a unit leaves in memory a slot by lifetime (views share their
+//! source's), makes every buffer a run needs (inputs, slots, the shared quantized
+//! activations, a mappable copy of each output) and records each unit's dispatches.
+//! A run writes the host inputs into their buffers, replays the dispatches in one
+//! compute pass, copies the outputs to their mappable buffers and submits once,
+//! without waiting: nothing is created per step, and the host goes on (with CPU
+//! partitions that do not need these outputs) while the GPU works, waiting only when a
+//! result is read back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::attention::{AttentionNode, AttentionSet};
-use super::device::{padded, Gpu, STORAGE};
-use super::kernels;
+use super::attention::{AttentionNode, AttentionSet, RopeFusion};
+use super::device::{padded, Gpu};
+use super::fuse::{self, Unit};
 use super::kv::KvPools;
-use super::record::{quants_bytes, record_node, record_softmax, Dispatch, Operand};
+use super::products::{self, PartBuffers};
+use super::record::{self, record_node, record_softmax, Dispatch, Operand};
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
 use crate::backend::{
     plain_bytes, Backend, BackendError, CompiledPartition, DeviceBuffer, PartitionSpec, StepState,
     Tensor, TensorData, WeightProvider,
 };
-use crate::graph::{Op, ValueId};
+use crate::graph::{Graph, Op, RopeMode, ValueId};
 
-/// One node's work.
+/// One unit's work.
 enum Work {
     /// Dispatches recorded at compile time.
     Fixed(Vec<Dispatch>),
@@ -30,19 +34,126 @@ enum Work {
     Attention(usize),
 }
 
+/// A partition output: where it is computed and the mappable buffer each run copies it
+/// to, so reading it back takes no second submit.
+struct Output {
+    operand: Operand,
+    staging: wgpu::Buffer,
+}
+
 /// A partition compiled for the GPU.
 pub(super) struct GpuPartition {
     gpu: Arc<Gpu>,
     inputs: Vec<Operand>,
-    outputs: Vec<Operand>,
+    outputs: Vec<Output>,
     work: Vec<Work>,
+    /// Dispatches per run by kind, for the device's counters.
+    kinds: Vec<(&'static str, u64)>,
     attention: AttentionSet,
     pools: Arc<KvPools>,
     bytes: usize,
 }
 
+/// Values a unit reads from memory and values it leaves there.
+fn unit_io(
+    graph: &Graph,
+    unit: &Unit,
+    quant_only: &HashSet<ValueId>,
+) -> (Vec<ValueId>, Vec<ValueId>) {
+    let inputs = |id: ValueId| graph.node(id).inputs.clone();
+    match unit {
+        Unit::Node(id) => (inputs(*id), vec![*id]),
+        Unit::View { .. } => (Vec::new(), Vec::new()),
+        Unit::Products { x, parts } => {
+            let mut reads: Vec<ValueId> = Vec::new();
+            if !quant_only.contains(x) {
+                reads.push(*x);
+            }
+            for part in parts {
+                reads.push(graph.node(part.matmul).inputs[1]);
+                reads.extend(part.residual.map(|(_, other)| other));
+            }
+            (reads, parts.iter().map(|p| p.output()).collect())
+        }
+        Unit::NormQuant(id) | Unit::SwiGluQuant(id) => (inputs(*id), Vec::new()),
+        Unit::Attention { node, rope: None } => (inputs(*node), vec![*node]),
+        Unit::Attention {
+            node,
+            rope: Some([q, k]),
+        } => {
+            let mut reads = inputs(*q);
+            reads.extend(inputs(*k));
+            reads.extend(graph.node(*node).inputs.get(2).copied());
+            (reads, vec![*q, *k, *node])
+        }
+    }
+}
+
+/// Slots by lifetime: each value a unit writes takes the smallest free slot that holds
+/// it (or a new one), and its slot is freed after the last unit that reads it (through
+/// views), unless it is kept (a partition output). Returns each value's slot and the
+/// slots' sizes.
+fn plan_slots(
+    io: &[(Vec<ValueId>, Vec<ValueId>)],
+    root: &dyn Fn(ValueId) -> ValueId,
+    keep: &HashSet<ValueId>,
+    bytes_of: &dyn Fn(ValueId) -> usize,
+) -> (HashMap<ValueId, usize>, Vec<usize>) {
+    let mut last_read: HashMap<ValueId, usize> = HashMap::new();
+    for (i, (reads, _)) in io.iter().enumerate() {
+        for &r in reads {
+            last_read.insert(root(r), i);
+        }
+    }
+    let mut slot_of: HashMap<ValueId, usize> = HashMap::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    for (i, (reads, writes)) in io.iter().enumerate() {
+        for &w in writes {
+            let need = bytes_of(w);
+            let pick = if keep.contains(&w) {
+                None
+            } else {
+                let fitting = free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &s)| sizes[s] >= need)
+                    .min_by_key(|(_, &s)| sizes[s]);
+                let at = fitting
+                    .or_else(|| free.iter().enumerate().max_by_key(|(_, &s)| sizes[s]))
+                    .map(|(at, _)| at);
+                at.map(|at| free.swap_remove(at))
+            };
+            let slot = pick.unwrap_or_else(|| {
+                sizes.push(0);
+                sizes.len() - 1
+            });
+            sizes[slot] = sizes[slot].max(need);
+            slot_of.insert(w, slot);
+        }
+        let mut dead: Vec<ValueId> = reads.iter().map(|&r| root(r)).collect();
+        dead.extend(
+            writes
+                .iter()
+                .copied()
+                .filter(|w| !last_read.contains_key(w)),
+        );
+        dead.sort();
+        dead.dedup();
+        for v in dead {
+            let done = last_read.get(&v).is_none_or(|&at| at == i);
+            if done && !keep.contains(&v) {
+                if let Some(&slot) = slot_of.get(&v) {
+                    free.push(slot);
+                }
+            }
+        }
+    }
+    (slot_of, sizes)
+}
+
 impl GpuPartition {
-    /// Allocates the partition's buffers and records every node.
+    /// Fuses the partition's nodes, allocates its buffers and records every unit.
     pub fn new(
         gpu: Arc<Gpu>,
         pools: Arc<KvPools>,
@@ -51,47 +162,8 @@ impl GpuPartition {
         weights: &dyn WeightProvider,
     ) -> Result<GpuPartition, BackendError> {
         let graph = spec.graph;
-        let node_of = |id: ValueId| spec.node(id);
-        let operand = |buffer: wgpu::Buffer, id: ValueId| -> Result<Operand, BackendError> {
-            let node = node_of(id)?;
-            Ok(Operand {
-                buffer,
-                dtype: node.dtype,
-                shape: node.shape.clone(),
-            })
-        };
-        let mut known: HashMap<ValueId, Operand> = HashMap::new();
-        let mut inputs = Vec::with_capacity(spec.inputs.len());
-        let mut bytes = 0;
-        for &id in spec.inputs {
-            let node = node_of(id)?;
-            let size = plain_bytes(node.dtype, &node.shape)?;
-            bytes += size;
-            let input = operand(gpu.storage("input", size), id)?;
-            known.insert(id, input.clone());
-            inputs.push(input);
-        }
-        let slots: Vec<wgpu::Buffer> = spec
-            .buffers
-            .slot_bytes()
-            .iter()
-            .map(|&b| gpu.storage("slot", b))
-            .collect();
-        bytes += spec.buffers.slot_bytes().iter().sum::<usize>();
-        let mut quants_size = kernels::QUANTIZED_BLOCK_BYTES;
         for &id in spec.nodes {
-            let node = node_of(id)?;
-            if let (Op::MatMul, [x, w]) = (&node.op, node.inputs.as_slice()) {
-                quants_size =
-                    quants_size.max(quants_bytes(node_of(*w)?.dtype, &node_of(*x)?.shape));
-            }
-        }
-        bytes += quants_size;
-        let quants = gpu.storage("activation quants", quants_size);
-        let mut work = Vec::with_capacity(spec.nodes.len());
-        let mut attention = Vec::new();
-        for &id in spec.nodes {
-            let node = node_of(id)?;
+            let node = spec.node(id)?;
             backend
                 .capability()
                 .supports(graph, id)
@@ -100,104 +172,131 @@ impl GpuPartition {
                     op: node.op.kind(),
                     why,
                 })?;
-            let out = spec
-                .buffers
-                .slot(id)
-                .and_then(|s| slots.get(s))
-                .ok_or_else(|| BackendError::Device(format!("buffer plan has no slot for {id}")))?
-                .clone();
-            let mut ops = Vec::with_capacity(node.inputs.len());
-            for &input in &node.inputs {
-                let op = match known.get(&input) {
-                    Some(op) => op.clone(),
-                    None => match &node_of(input)?.op {
-                        Op::Weight { name } => {
-                            let w = resolve(backend, weights, name)?;
-                            let op = operand(w.buffer.clone(), input)?;
-                            if (w.dtype, &w.shape) != (op.dtype, &op.shape) {
-                                return Err(BackendError::WeightMismatch {
-                                    name: name.clone(),
-                                    detail: format!(
-                                        "graph declares {} {}, store holds {} {}",
-                                        op.dtype, op.shape, w.dtype, w.shape
-                                    ),
-                                });
-                            }
-                            known.insert(input, op.clone());
-                            op
-                        }
-                        _ => {
-                            return Err(BackendError::Input(format!(
-                                "{id} reads {input}, which is not an input, weight or earlier node of this partition"
-                            )))
-                        }
-                    },
-                };
-                ops.push(op);
-            }
-            work.push(match &node.op {
-                Op::Attention {
-                    layer,
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    scale,
-                    window,
-                    softcap,
-                } => {
-                    let [q, k, v] = [0, 1, 2].map(|i| ops.get(i).map(|o| o.buffer.clone()));
-                    let (Some(q), Some(k), Some(v)) = (q, k, v) else {
-                        return Err(BackendError::Input(format!(
-                            "attention {id} lacks operands"
-                        )));
-                    };
-                    attention.push(AttentionNode {
-                        layer: *layer as usize,
-                        n: node.shape.dims()[0],
-                        heads: *n_heads as usize,
-                        kv_heads: *n_kv_heads as usize,
-                        head_dim: *head_dim as usize,
-                        scale: *scale,
-                        window: window.unwrap_or(0),
-                        softcap: softcap.unwrap_or(0.0),
-                        q,
-                        k,
-                        v,
-                        out: out.clone(),
-                    });
-                    Work::Attention(attention.len() - 1)
-                }
-                Op::Softmax => Work::Fixed(record_softmax(&gpu, &ops[0], &out)?),
-                _ => Work::Fixed(record_node(&gpu, id, node, &ops, &out, &quants)?),
-            });
-            known.insert(id, operand(out, id)?);
         }
-        let outputs = spec
-            .outputs
+        let storage = gpu.limits.max_storage_buffers_per_shader_stage as usize;
+        let limits = fuse::Limits {
+            max_parts: products::MAX_PARTS
+                .min(storage.saturating_sub(1) / 3)
+                .max(1),
+            rope_kv: storage >= 10,
+        };
+        let units = fuse::plan(spec, limits);
+        let quant_only: HashSet<ValueId> = units
             .iter()
-            .map(|id| {
-                known.get(id).cloned().ok_or_else(|| {
-                    BackendError::Input(format!(
-                        "output {id} is neither computed nor received by this partition"
-                    ))
-                })
+            .filter_map(|u| match u {
+                Unit::NormQuant(id) | Unit::SwiGluQuant(id) => Some(*id),
+                _ => None,
             })
-            .collect::<Result<_, _>>()?;
+            .collect();
+        let mut alias: HashMap<ValueId, ValueId> = HashMap::new();
+        for unit in &units {
+            if let Unit::View { id, of } = unit {
+                let of = alias.get(of).copied().unwrap_or(*of);
+                alias.insert(*id, of);
+            }
+        }
+        let root = |v: ValueId| alias.get(&v).copied().unwrap_or(v);
+        let io: Vec<_> = units
+            .iter()
+            .map(|u| unit_io(graph, u, &quant_only))
+            .collect();
+        let keep: HashSet<ValueId> = spec.outputs.iter().map(|&o| root(o)).collect();
+        let bytes_of = |v: ValueId| {
+            let node = graph.node(v);
+            plain_bytes(node.dtype, &node.shape).unwrap_or(0)
+        };
+        let (slot_of, sizes) = plan_slots(&io, &root, &keep, &bytes_of);
+
+        let mut bytes = sizes.iter().sum::<usize>();
+        let slots: Vec<wgpu::Buffer> = sizes.iter().map(|&b| gpu.storage("slot", b)).collect();
+        let mut buffers: HashMap<ValueId, wgpu::Buffer> = slot_of
+            .iter()
+            .map(|(&v, &s)| (v, slots[s].clone()))
+            .collect();
+        let mut inputs = Vec::with_capacity(spec.inputs.len());
+        for &id in spec.inputs {
+            let size = bytes_of(id);
+            bytes += size;
+            let buffer = gpu.storage("input", size);
+            buffers.insert(id, buffer.clone());
+            inputs.push(Operand {
+                buffer,
+                dtype: graph.node(id).dtype,
+                shape: graph.node(id).shape.clone(),
+            });
+        }
+        let quants_size = units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Products { x, parts } if quantized(graph, parts[0].matmul) => {
+                    Some(record::quants_bytes(&graph.node(*x).shape))
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        bytes += quants_size;
+        let quants = gpu.storage("activation quants", quants_size);
+
+        let mut recorder = Recorder {
+            gpu: &gpu,
+            graph,
+            backend,
+            weights,
+            buffers,
+            root: &root,
+            quants: &quants,
+            holds: None,
+        };
+        let mut work = Vec::with_capacity(units.len());
+        let mut attention = Vec::new();
+        for unit in &units {
+            match unit {
+                Unit::View { .. } => {}
+                Unit::Attention { node, rope } => {
+                    attention.push(recorder.attention(*node, *rope)?);
+                    work.push(Work::Attention(attention.len() - 1));
+                }
+                _ => work.push(Work::Fixed(recorder.record(unit)?)),
+            }
+        }
+        let mut kinds: Vec<(&'static str, u64)> = Vec::new();
+        let fixed = work.iter().flat_map(|w| match w {
+            Work::Fixed(d) => d.as_slice(),
+            Work::Attention(_) => &[],
+        });
+        let attention = AttentionSet::new(attention);
+        let counted = fixed.map(|d| (d.kind, 1)).chain(attention.kinds());
+        for (kind, n) in counted {
+            match kinds.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, total)) => *total += n,
+                None => kinds.push((kind, n)),
+            }
+        }
+        let mut outputs = Vec::with_capacity(spec.outputs.len());
+        for &id in spec.outputs {
+            let operand = recorder.operand(id)?;
+            let size = plain_bytes(operand.dtype, &operand.shape)?;
+            bytes += size;
+            outputs.push(Output {
+                staging: gpu.readback("output", size),
+                operand,
+            });
+        }
         Ok(GpuPartition {
             gpu,
             inputs,
             outputs,
             work,
-            attention: AttentionSet::new(attention),
+            kinds,
+            attention,
             pools,
             bytes,
         })
     }
 
-    fn check_inputs<'t>(
-        &self,
-        inputs: &[&'t Tensor],
-    ) -> Result<Vec<&'t wgpu::Buffer>, BackendError> {
+    /// Checks `inputs` against what the partition takes.
+    fn check_inputs(&self, inputs: &[&Tensor]) -> Result<(), BackendError> {
         if inputs.len() != self.inputs.len() {
             return Err(BackendError::Input(format!(
                 "partition takes {} inputs, got {}",
@@ -205,27 +304,245 @@ impl GpuPartition {
                 inputs.len()
             )));
         }
-        inputs
-            .iter()
-            .zip(&self.inputs)
-            .enumerate()
-            .map(|(i, (t, want))| match &t.data {
-                TensorData::Device(d)
-                    if t.space == GPU_SPACE && t.dtype == want.dtype && t.shape == want.shape =>
-                {
-                    d.handle
-                        .downcast_ref::<GpuBuffer>()
-                        .map(|b| &b.0)
-                        .ok_or_else(|| {
-                            BackendError::Input(format!("input {i} is not a GPU buffer"))
-                        })
+        for (i, (t, want)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if t.dtype != want.dtype || t.shape != want.shape {
+                return Err(BackendError::Input(format!(
+                    "input {i}: expected {} {}, got {} {}",
+                    want.dtype, want.shape, t.dtype, t.shape
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a matmul's weight goes through 8-bit activations.
+fn quantized(graph: &Graph, matmul: ValueId) -> bool {
+    graph
+        .node(graph.node(matmul).inputs[1])
+        .dtype
+        .is_quantized()
+}
+
+/// A unit whose node is not of the op its kind fuses: a bug in `fuse.rs`.
+fn misfused(id: ValueId) -> BackendError {
+    BackendError::Input(format!("node {id} was fused into a unit of another op"))
+}
+
+/// What recording needs while it walks the units.
+struct Recorder<'a> {
+    gpu: &'a Gpu,
+    graph: &'a Graph,
+    backend: &'a dyn Backend,
+    weights: &'a dyn WeightProvider,
+    /// Every value in memory so far: inputs, slots, resolved weights.
+    buffers: HashMap<ValueId, wgpu::Buffer>,
+    root: &'a dyn Fn(ValueId) -> ValueId,
+    quants: &'a wgpu::Buffer,
+    /// The value whose 8-bit activations `quants` holds at this point of the run.
+    holds: Option<ValueId>,
+}
+
+impl Recorder<'_> {
+    /// Value `id` as an operand: its own shape, the buffer of what it views.
+    fn operand(&mut self, id: ValueId) -> Result<Operand, BackendError> {
+        let node = self.graph.node(id);
+        let root = (self.root)(id);
+        let buffer = match self.buffers.get(&root) {
+            Some(b) => b.clone(),
+            None => match &self.graph.node(root).op {
+                Op::Weight { name } => {
+                    let w = resolve(self.backend, self.weights, name)?;
+                    let want = self.graph.node(root);
+                    if (w.dtype, &w.shape) != (want.dtype, &want.shape) {
+                        return Err(BackendError::WeightMismatch {
+                            name: name.clone(),
+                            detail: format!(
+                                "graph declares {} {}, store holds {} {}",
+                                want.dtype, want.shape, w.dtype, w.shape
+                            ),
+                        });
+                    }
+                    self.buffers.insert(root, w.buffer.clone());
+                    w.buffer.clone()
                 }
-                _ => Err(BackendError::Input(format!(
-                    "input {i}: expected GPU {} {}, got {} {} in space {:?}",
-                    want.dtype, want.shape, t.dtype, t.shape, t.space
-                ))),
-            })
-            .collect()
+                _ => {
+                    return Err(BackendError::Input(format!(
+                        "{id} is not an input, weight or earlier node of this partition"
+                    )))
+                }
+            },
+        };
+        Ok(Operand {
+            buffer,
+            dtype: node.dtype,
+            shape: node.shape.clone(),
+        })
+    }
+
+    fn operands(&mut self, id: ValueId) -> Result<Vec<Operand>, BackendError> {
+        let inputs = self.graph.node(id).inputs.clone();
+        inputs.into_iter().map(|i| self.operand(i)).collect()
+    }
+
+    /// The dispatches of every unit but views and attention.
+    fn record(&mut self, unit: &Unit) -> Result<Vec<Dispatch>, BackendError> {
+        let graph = self.graph;
+        Ok(match unit {
+            Unit::Node(id) => {
+                let node = graph.node(*id);
+                let ops = self.operands(*id)?;
+                let out = self.operand(*id)?.buffer;
+                match node.op {
+                    Op::Softmax => record_softmax(self.gpu, &ops[0], &out)?,
+                    _ => record_node(self.gpu, *id, node, &ops, &out)?,
+                }
+            }
+            Unit::NormQuant(id) => {
+                let ops = self.operands(*id)?;
+                let Op::RmsNorm { eps } = graph.node(*id).op else {
+                    return Err(misfused(*id));
+                };
+                self.holds = Some(*id);
+                vec![record::record_norm_q8(
+                    self.gpu,
+                    &ops[0],
+                    &ops[1].buffer,
+                    eps,
+                    self.quants,
+                )?]
+            }
+            Unit::SwiGluQuant(id) => {
+                let ops = self.operands(*id)?;
+                self.holds = Some(*id);
+                vec![record::record_swiglu_q8(
+                    self.gpu,
+                    &ops[0],
+                    &ops[1].buffer,
+                    self.quants,
+                )?]
+            }
+            Unit::Products { x, parts } => {
+                let mut weights = Vec::with_capacity(parts.len());
+                let mut outs = Vec::with_capacity(parts.len());
+                let mut residuals = Vec::with_capacity(parts.len());
+                for part in parts {
+                    weights.push(self.operand(graph.node(part.matmul).inputs[1])?);
+                    outs.push(self.operand(part.output())?.buffer);
+                    residuals.push(match part.residual {
+                        Some((_, other)) => Some(self.operand(other)?.buffer),
+                        None => None,
+                    });
+                }
+                let dtype = weights[0].dtype;
+                let k = weights[0].shape.last();
+                let m = graph.node(*x).shape.numel() / k.max(1);
+                let mut dispatches = Vec::with_capacity(2);
+                let input = if dtype.is_quantized() {
+                    if k % 32 != 0 {
+                        return Err(BackendError::Input(format!(
+                            "{} rows of {k} are not whole blocks",
+                            dtype
+                        )));
+                    }
+                    if self.holds != Some(*x) {
+                        let xs = self.operand(*x)?;
+                        dispatches.push(record::record_quantize(
+                            self.gpu,
+                            &xs.buffer,
+                            m * k,
+                            self.quants,
+                        )?);
+                        self.holds = Some(*x);
+                    }
+                    self.quants.clone()
+                } else {
+                    self.operand(*x)?.buffer
+                };
+                let buffers: Vec<PartBuffers<'_>> = weights
+                    .iter()
+                    .zip(&outs)
+                    .zip(&residuals)
+                    .map(|((w, out), residual)| PartBuffers {
+                        weight: &w.buffer,
+                        rows: w.shape.dims()[0],
+                        out,
+                        residual: residual.as_ref(),
+                    })
+                    .collect();
+                dispatches.push(products::record(self.gpu, dtype, &input, m, k, &buffers)?);
+                dispatches
+            }
+            Unit::View { .. } | Unit::Attention { .. } => Vec::new(),
+        })
+    }
+
+    /// Attention `id`, with the `rope` nodes fused into its KV write.
+    fn attention(
+        &mut self,
+        id: ValueId,
+        rope: Option<[ValueId; 2]>,
+    ) -> Result<AttentionNode, BackendError> {
+        let node = self.graph.node(id);
+        let Op::Attention {
+            layer,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale,
+            window,
+            softcap,
+        } = node.op
+        else {
+            return Err(misfused(id));
+        };
+        let ops = self.operands(id)?;
+        let [q, k, v] = [0, 1, 2].map(|i| ops.get(i).map(|o| o.buffer.clone()));
+        let (Some(q), Some(k), Some(v)) = (q, k, v) else {
+            return Err(BackendError::Input(format!(
+                "attention {id} lacks operands"
+            )));
+        };
+        let rope = match rope {
+            None => None,
+            Some([rq, rk]) => {
+                let Op::Rope {
+                    mode,
+                    n_rot,
+                    freq_base,
+                    freq_scale,
+                } = self.graph.node(rq).op
+                else {
+                    return Err(misfused(rq));
+                };
+                let q_ops = self.operands(rq)?;
+                let k_in = self.operand(self.graph.node(rk).inputs[0])?.buffer;
+                Some(RopeFusion {
+                    q_in: q_ops[0].buffer.clone(),
+                    k_in,
+                    positions: q_ops[1].buffer.clone(),
+                    n_rot,
+                    neox: mode == RopeMode::Neox,
+                    freq_base,
+                    freq_scale,
+                })
+            }
+        };
+        Ok(AttentionNode {
+            layer: layer as usize,
+            n: node.shape.dims()[0],
+            heads: n_heads as usize,
+            kv_heads: n_kv_heads as usize,
+            head_dim: head_dim as usize,
+            scale,
+            window: window.unwrap_or(0),
+            softcap: softcap.unwrap_or(0.0),
+            q,
+            k,
+            v,
+            out: self.operand(id)?.buffer,
+            rope,
+        })
     }
 }
 
@@ -235,51 +552,77 @@ impl CompiledPartition for GpuPartition {
         inputs: &[&Tensor],
         state: &mut StepState<'_>,
     ) -> Result<Vec<Tensor>, BackendError> {
-        let sources = self.check_inputs(inputs)?;
-        let visible = self.attention.prepare(&self.gpu, &self.pools, state)?;
+        let started = Instant::now();
+        self.check_inputs(inputs)?;
+        self.attention.prepare(&self.gpu, &self.pools, state)?;
         let gpu = &self.gpu;
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        for ((source, input), tensor) in sources.iter().zip(&self.inputs).zip(inputs) {
-            encoder.copy_buffer_to_buffer(source, 0, &input.buffer, 0, padded(tensor.data.len()));
+        for (i, (tensor, input)) in inputs.iter().zip(&self.inputs).enumerate() {
+            match &tensor.data {
+                TensorData::Host(bytes) => {
+                    let bytes = bytes.as_bytes();
+                    if bytes.len() % 4 == 0 {
+                        gpu.write(&input.buffer, 0, bytes);
+                    } else {
+                        let mut padded_bytes = bytes.to_vec();
+                        padded_bytes.resize(padded(bytes.len()) as usize, 0);
+                        gpu.write(&input.buffer, 0, &padded_bytes);
+                    }
+                }
+                TensorData::Device(d) if tensor.space == GPU_SPACE => {
+                    let source = d.handle.downcast_ref::<GpuBuffer>().ok_or_else(|| {
+                        BackendError::Input(format!("input {i} is not a GPU buffer"))
+                    })?;
+                    encoder.copy_buffer_to_buffer(
+                        &source.buffer,
+                        0,
+                        &input.buffer,
+                        0,
+                        padded(tensor.data.len()),
+                    );
+                }
+                TensorData::Device(_) => {
+                    return Err(BackendError::Input(format!(
+                        "input {i} is in space {:?}, not the host's or the GPU's",
+                        tensor.space
+                    )))
+                }
+            }
         }
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             for work in &self.work {
                 match work {
-                    Work::Fixed(dispatches) => {
-                        for d in dispatches {
-                            pass.set_pipeline(&d.pipeline);
-                            pass.set_bind_group(0, &d.bind_group, &[]);
-                            let [x, y, z] = d.groups;
-                            pass.dispatch_workgroups(x, y, z);
-                        }
-                    }
-                    Work::Attention(i) => self.attention.encode(*i, visible, &mut pass),
+                    Work::Fixed(dispatches) => dispatches.iter().for_each(|d| d.encode(&mut pass)),
+                    Work::Attention(i) => self.attention.encode(*i, &mut pass),
                 }
             }
         }
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for out in &self.outputs {
-            let bytes = plain_bytes(out.dtype, &out.shape)?;
-            let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("output"),
-                size: padded(bytes),
-                usage: STORAGE,
-                mapped_at_creation: false,
-            });
-            encoder.copy_buffer_to_buffer(&out.buffer, 0, &buffer, 0, padded(bytes));
+            let bytes = plain_bytes(out.operand.dtype, &out.operand.shape)?;
+            encoder.copy_buffer_to_buffer(&out.operand.buffer, 0, &out.staging, 0, padded(bytes));
             outputs.push(Tensor {
-                dtype: out.dtype,
-                shape: out.shape.clone(),
+                dtype: out.operand.dtype,
+                shape: out.operand.shape.clone(),
                 space: GPU_SPACE,
                 data: TensorData::Device(DeviceBuffer {
                     bytes,
-                    handle: Arc::new(GpuBuffer(buffer)),
+                    handle: Arc::new(GpuBuffer {
+                        buffer: out.operand.buffer.clone(),
+                        staged: Some(out.staging.clone()),
+                    }),
                 }),
             });
         }
-        gpu.queue.submit([encoder.finish()]);
+        let commands = encoder.finish();
+        let recorded = started.elapsed();
+        gpu.submit_finished(commands);
+        let submitted = started.elapsed() - recorded;
         gpu.take_uncaptured()?;
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        gpu.tally
+            .run(1, &self.kinds, nanos(recorded), nanos(submitted));
         Ok(outputs)
     }
 

@@ -2,12 +2,13 @@
 //! and the buffer moves every other part uses (upload, device-to-host readback through
 //! a staging buffer). Device errors are captured and returned, never panicked on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use wgpu::util::DeviceExt;
 
-use crate::backend::{AlignedBytes, BackendError};
+use crate::backend::{AlignedBytes, BackendError, DeviceCounters, RECENT_RUNS};
 
 /// Why no GPU backend could be opened.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,87 @@ pub(super) struct Gpu {
     pub limits: wgpu::Limits,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// The mappable buffer reads go through, kept and grown, never made per read.
+    staging: Mutex<Option<wgpu::Buffer>>,
+    /// What this device has done, for [`DeviceCounters`].
+    pub tally: Tally,
+}
+
+/// The device's running counters; every buffer, bind group, submit, write, read and
+/// wait goes through a [`Gpu`] method that counts it.
+#[derive(Default)]
+pub(super) struct Tally {
+    runs: AtomicU64,
+    passes: AtomicU64,
+    submits: AtomicU64,
+    buffers: AtomicU64,
+    bind_groups: AtomicU64,
+    written: AtomicU64,
+    read: AtomicU64,
+    waits: AtomicU64,
+    record_nanos: AtomicU64,
+    submit_nanos: AtomicU64,
+    per_run: Mutex<PerRun>,
+}
+
+/// The counters a run adds under one lock: dispatches by kind and its record time.
+#[derive(Default)]
+struct PerRun {
+    dispatches: BTreeMap<&'static str, u64>,
+    recent: VecDeque<u64>,
+}
+
+impl Tally {
+    /// Counts one partition run: its passes, its dispatches by kind, and the host time
+    /// it took to record and to submit.
+    pub fn run(
+        &self,
+        passes: u64,
+        dispatches: &[(&'static str, u64)],
+        record_nanos: u64,
+        submit_nanos: u64,
+    ) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.passes.fetch_add(passes, Ordering::Relaxed);
+        self.record_nanos.fetch_add(record_nanos, Ordering::Relaxed);
+        self.submit_nanos.fetch_add(submit_nanos, Ordering::Relaxed);
+        let mut per_run = self.per_run.lock().unwrap_or_else(PoisonError::into_inner);
+        for &(kind, n) in dispatches {
+            *per_run.dispatches.entry(kind).or_default() += n;
+        }
+        if per_run.recent.len() == RECENT_RUNS {
+            per_run.recent.pop_front();
+        }
+        per_run.recent.push_back(record_nanos);
+    }
+
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> DeviceCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let per_run = self.per_run.lock().unwrap_or_else(PoisonError::into_inner);
+        DeviceCounters {
+            runs: get(&self.runs),
+            passes: get(&self.passes),
+            dispatches: per_run
+                .dispatches
+                .iter()
+                .map(|(k, &n)| (k.to_string(), n))
+                .collect(),
+            recent_record_nanos: per_run.recent.iter().copied().collect(),
+            submits: get(&self.submits),
+            buffers_created: get(&self.buffers),
+            bind_groups_created: get(&self.bind_groups),
+            bytes_written: get(&self.written),
+            bytes_read: get(&self.read),
+            waits: get(&self.waits),
+            record_nanos: get(&self.record_nanos),
+            submit_nanos: get(&self.submit_nanos),
+        }
+    }
 }
 
 /// Usage of every activation buffer: bound as storage, copied in and out.
@@ -107,6 +189,8 @@ impl Gpu {
             limits,
             pipelines: Mutex::new(HashMap::new()),
             uncaptured,
+            staging: Mutex::new(None),
+            tally: Tally::default(),
         })
     }
 
@@ -183,6 +267,7 @@ impl Gpu {
 
     /// A zeroed storage buffer of at least `bytes` (rounded up to 4, never empty).
     pub fn storage(&self, label: &str, bytes: usize) -> wgpu::Buffer {
+        Tally::add(&self.tally.buffers, 1);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: padded(bytes),
@@ -195,6 +280,8 @@ impl Gpu {
     pub fn storage_with(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         let mut data = bytes.to_vec();
         data.resize(padded(bytes.len()) as usize, 0);
+        Tally::add(&self.tally.buffers, 1);
+        Tally::add(&self.tally.written, data.len() as u64);
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -205,6 +292,8 @@ impl Gpu {
 
     /// A uniform buffer holding `words`.
     pub fn uniform(&self, label: &str, words: &[u32]) -> wgpu::Buffer {
+        Tally::add(&self.tally.buffers, 1);
+        Tally::add(&self.tally.written, 4 * words.len() as u64);
         self.device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -213,9 +302,10 @@ impl Gpu {
             })
     }
 
-    /// Copies `bytes` bytes at `offset` of `buffer` back to the host: a copy into a
-    /// mappable staging buffer, one submit, a wait for it, and a map whose view is
-    /// copied once, straight into the host allocation the caller keeps.
+    /// Copies `bytes` bytes at `offset` of `buffer` back to the host: a copy into the
+    /// device's staging buffer (kept between reads, grown when too small), one submit,
+    /// a wait for it, and a map whose view is copied once, straight into the host
+    /// allocation the caller keeps.
     pub fn read(
         &self,
         buffer: &wgpu::Buffer,
@@ -223,17 +313,33 @@ impl Gpu {
         bytes: usize,
     ) -> Result<AlignedBytes, BackendError> {
         let size = padded(bytes);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let mut staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        if staging.as_ref().is_none_or(|s| s.size() < size) {
+            Tally::add(&self.tally.buffers, 1);
+            *staging = Some(self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: size.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = staging.as_ref().expect("made above");
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
-        self.queue.submit([encoder.finish()]);
+        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, size);
+        self.submit(encoder);
+        self.map_read(staging, bytes)
+    }
+
+    /// Maps the first `bytes` of a `MAP_READ` buffer whose copy has been submitted,
+    /// waits for it, and copies them out.
+    pub fn map_read(
+        &self,
+        staging: &wgpu::Buffer,
+        bytes: usize,
+    ) -> Result<AlignedBytes, BackendError> {
+        let size = padded(bytes);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        staging.map_async(wgpu::MapMode::Read, ..size, move |r| {
             let _ = tx.send(r);
         });
         self.wait()?;
@@ -241,16 +347,63 @@ impl Gpu {
             .map_err(|_| BackendError::Device("readback never completed".into()))?
             .map_err(|e| BackendError::Device(format!("readback map failed: {e}")))?;
         let view = staging
-            .get_mapped_range(..)
+            .get_mapped_range(..size)
             .map_err(|e| BackendError::Device(format!("readback view: {e}")))?;
         let out = AlignedBytes::copy_from(&view[..bytes]);
         drop(view);
         staging.unmap();
+        Tally::add(&self.tally.read, bytes as u64);
         Ok(out)
+    }
+
+    /// A buffer the host can map for reading, `bytes` long (padded), made once by the
+    /// caller that keeps it.
+    pub fn readback(&self, label: &str, bytes: usize) -> wgpu::Buffer {
+        Tally::add(&self.tally.buffers, 1);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded(bytes),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Writes `bytes` at `offset` of `buffer` through the queue (ordered before the
+    /// next submit).
+    pub fn write(&self, buffer: &wgpu::Buffer, offset: u64, bytes: &[u8]) {
+        Tally::add(&self.tally.written, bytes.len() as u64);
+        self.queue.write_buffer(buffer, offset, bytes);
+    }
+
+    /// Submits one encoder's commands.
+    pub fn submit(&self, encoder: wgpu::CommandEncoder) {
+        self.submit_finished(encoder.finish());
+    }
+
+    /// Submits a finished command buffer.
+    pub fn submit_finished(&self, commands: wgpu::CommandBuffer) {
+        Tally::add(&self.tally.submits, 1);
+        self.queue.submit([commands]);
+    }
+
+    /// A bind group of `layout` over `entries`.
+    pub fn bind_group(
+        &self,
+        label: &str,
+        layout: &wgpu::BindGroupLayout,
+        entries: &[wgpu::BindGroupEntry<'_>],
+    ) -> wgpu::BindGroup {
+        Tally::add(&self.tally.bind_groups, 1);
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(label),
+            layout,
+            entries,
+        })
     }
 
     /// Blocks until all submitted work is done.
     pub fn wait(&self) -> Result<(), BackendError> {
+        Tally::add(&self.tally.waits, 1);
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| BackendError::Device(format!("waiting for the GPU: {e}")))?;

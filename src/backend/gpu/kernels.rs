@@ -4,21 +4,49 @@
 
 use crate::graph::DType;
 
-/// The name and WGSL source of one pipeline.
+/// The name and WGSL source of one pipeline, and the kind its dispatches count as.
 pub(super) struct Source {
+    pub kind: &'static str,
     pub name: String,
     pub wgsl: String,
 }
 
-const MATMUL_HEAD: &str = include_str!("shaders/matmul_head.wgsl");
-const MATMUL_BLOCKS: &str = include_str!("shaders/matmul_blocks.wgsl");
-const MATMUL_DENSE: &str = include_str!("shaders/matmul_dense.wgsl");
-/// Activations quantized per block of 32 for the block-format matmul.
-pub(super) const QUANTIZE_Q8: &str = include_str!("shaders/quantize_q8.wgsl");
-/// Output columns one matmul workgroup computes (64 threads, 8 lanes a column); the
-/// same constant as in `matmul_head.wgsl`.
+impl Source {
+    /// A fixed kernel: its kind is its name.
+    pub fn fixed(kind: &'static str, wgsl: &str) -> Source {
+        Source {
+            kind,
+            name: kind.into(),
+            wgsl: wgsl.into(),
+        }
+    }
+}
+
+/// The head of every product kernel (products.rs appends the per-weight parts).
+pub(super) const PRODUCTS_HEAD: &str = include_str!("shaders/products_head.wgsl");
+/// A block-format product's body: activations quantized by [`QUANTIZE_Q8`].
+pub(super) const MATMUL_BLOCKS: &str = include_str!("shaders/matmul_blocks.wgsl");
+/// A dense product's body: f32 activations.
+pub(super) const MATMUL_DENSE: &str = include_str!("shaders/matmul_dense.wgsl");
+/// Activations quantized per block of 32 for the block-format products.
+pub(super) const QUANTIZE_Q8: &str = concat!(
+    include_str!("shaders/quantize_q8.wgsl"),
+    include_str!("shaders/q8_block.wgsl")
+);
+/// RMS normalisation straight into quantized activations.
+pub(super) const NORM_Q8: &str = concat!(
+    include_str!("shaders/norm_q8.wgsl"),
+    include_str!("shaders/q8_block.wgsl")
+);
+/// SwiGLU straight into quantized activations.
+pub(super) const SWIGLU_Q8: &str = concat!(
+    include_str!("shaders/swiglu_q8.wgsl"),
+    include_str!("shaders/q8_block.wgsl")
+);
+/// Output columns one product workgroup computes (64 threads, 8 lanes a column); the
+/// same constant as in `products_head.wgsl`.
 pub(super) const MATMUL_COLUMNS: usize = 8;
-/// Rows of x one matmul workgroup computes; `ROWS` in `matmul_head.wgsl`.
+/// Rows of x one product workgroup computes; `ROWS` in `products_head.wgsl`.
 pub(super) const MATMUL_ROWS: usize = 8;
 /// Bytes of one quantized block of 32 activations (three `vec4<u32>`).
 pub(super) const QUANTIZED_BLOCK_BYTES: usize = 48;
@@ -35,19 +63,20 @@ pub(super) const SOFTMAX: &str = concat!(
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// Writes a step's keys and values into a layer of the paged pool.
-pub(super) const KV_WRITE: &str = include_str!("shaders/kv_write.wgsl");
-/// Attention scores of every query against the cached keys.
-pub(super) const ATTN_SCORES: &str = include_str!("shaders/attn_scores.wgsl");
-/// Softmax over each query row's visible scores.
-pub(super) const ATTN_SOFTMAX: &str = concat!(
-    include_str!("shaders/attn_softmax.wgsl"),
-    include_str!("shaders/softmax_row.wgsl")
+pub(super) const KV_WRITE: &str = concat!(
+    include_str!("shaders/kv_write.wgsl"),
+    include_str!("shaders/kv_round.wgsl")
 );
-/// Attention output: probabilities times cached values.
-pub(super) const ATTN_VALUES: &str = include_str!("shaders/attn_values.wgsl");
+/// Ropes a step's queries and keys and writes its keys and values into the pool.
+pub(super) const ROPE_KV: &str = concat!(
+    include_str!("shaders/rope_kv.wgsl"),
+    include_str!("shaders/kv_round.wgsl")
+);
+/// Attention over the cached keys and values, with an online softmax.
+pub(super) const ATTEND: &str = include_str!("shaders/attend.wgsl");
 
 /// The WGSL element type of a weight buffer and the snippet that reads it.
-fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
+pub(super) fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
     Some(match dtype {
         DType::F32 => ("f32", include_str!("shaders/format_f32.wgsl")),
         DType::F16 => ("u32", include_str!("shaders/format_f16.wgsl")),
@@ -58,31 +87,11 @@ fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
     })
 }
 
-/// Matrix product against a weight of `dtype`, or `None` when there is no kernel. A
-/// block-format kernel reads activations quantized by [`QUANTIZE_Q8`], a dense one
-/// reads them as f32.
-pub(super) fn matmul(dtype: DType) -> Option<Source> {
-    let (word, reader) = format(dtype)?;
-    let (x, body) = if dtype.is_quantized() {
-        ("vec4<u32>", MATMUL_BLOCKS)
-    } else {
-        ("f32", MATMUL_DENSE)
-    };
-    Some(Source {
-        name: format!("matmul/{dtype}"),
-        wgsl: [
-            MATMUL_HEAD.replace("WORD", word).replace("XTYPE", x),
-            reader.into(),
-            body.into(),
-        ]
-        .join("\n"),
-    })
-}
-
 /// Row lookup in a table of `dtype`, or `None` when there is no kernel.
 pub(super) fn embedding(dtype: DType) -> Option<Source> {
     let (word, reader) = format(dtype)?;
     Some(Source {
+        kind: "embedding",
         name: format!("embedding/{dtype}"),
         wgsl: [EMBEDDING.replace("WORD", word), reader.into()].join("\n"),
     })
@@ -115,6 +124,7 @@ pub(super) fn unary(op: Unary) -> Source {
         Unary::Copy => ("copy", "v"),
     };
     Source {
+        kind: name,
         name: format!("unary/{name}"),
         wgsl: UNARY.replace("EXPR", expr),
     }
@@ -128,6 +138,7 @@ pub(super) fn binary(op: Binary) -> Source {
         Binary::SwiGlu => ("swiglu", "u / (1.0 + exp(-u)) * v"),
     };
     Source {
+        kind: name,
         name: format!("binary/{name}"),
         wgsl: BINARY.replace("EXPR", expr),
     }

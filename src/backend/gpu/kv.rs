@@ -139,7 +139,7 @@ impl KvPool {
                 encoder.copy_buffer_to_buffer(old_k, 0, k, 0, held);
                 encoder.copy_buffer_to_buffer(old_v, 0, v, 0, held);
             }
-            self.gpu.queue.submit([encoder.finish()]);
+            self.gpu.submit(encoder);
         }
         state.free.extend((state.blocks..blocks).map(|b| b as u32));
         state.layers = layers;
@@ -224,9 +224,9 @@ impl GpuKv {
             }
             let at = (block as usize * self.pool.block_bytes()) as u64;
             let span = rows.start * width..rows.end * width;
-            let queue = &self.pool.gpu.queue;
-            queue.write_buffer(&k, at, bytemuck::cast_slice(&keys[span.clone()]));
-            queue.write_buffer(&v, at, bytemuck::cast_slice(&values[span]));
+            let gpu = &self.pool.gpu;
+            gpu.write(&k, at, bytemuck::cast_slice(&keys[span.clone()]));
+            gpu.write(&v, at, bytemuck::cast_slice(&values[span]));
         }
         Ok(())
     }
@@ -250,7 +250,7 @@ impl GpuKv {
                 (rows.len() * row_bytes) as u64,
             );
         }
-        gpu.queue.submit([encoder.finish()]);
+        gpu.submit(encoder);
         let bytes = gpu.read(&joined, 0, len * row_bytes)?;
         Ok(bytes.view::<f32>().to_vec())
     }

@@ -8,8 +8,10 @@ mod attention;
 mod capability;
 mod compile;
 mod device;
+mod fuse;
 mod kernels;
 mod kv;
+mod products;
 mod record;
 mod weights;
 
@@ -18,8 +20,8 @@ use std::sync::Arc;
 pub use device::GpuError;
 
 use super::{
-    Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceBuffer, HostTensor,
-    MemorySpace, PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
+    Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceBuffer, DeviceCounters,
+    HostTensor, MemorySpace, PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
 };
 use compile::GpuPartition;
 use device::Gpu;
@@ -28,8 +30,12 @@ use kv::KvPools;
 /// The GPU's memory space.
 pub const GPU_SPACE: MemorySpace = MemorySpace(1);
 
-/// A GPU buffer carried in a [`DeviceBuffer`].
-pub(crate) struct GpuBuffer(pub wgpu::Buffer);
+/// A GPU buffer carried in a [`DeviceBuffer`], with the mappable buffer a partition
+/// run already copied it to, when it did (a partition's outputs).
+pub(crate) struct GpuBuffer {
+    pub buffer: wgpu::Buffer,
+    pub staged: Option<wgpu::Buffer>,
+}
 
 /// A wgpu adapter as a backend.
 pub struct GpuBackend {
@@ -110,12 +116,11 @@ impl GpuBackend {
         self.gpu.info.device_type == wgpu::DeviceType::Cpu
     }
 
-    fn buffer_of<'t>(&self, tensor: &'t Tensor) -> Result<&'t wgpu::Buffer, BackendError> {
+    fn buffer_of<'t>(&self, tensor: &'t Tensor) -> Result<&'t GpuBuffer, BackendError> {
         match &tensor.data {
             TensorData::Device(d) if tensor.space == GPU_SPACE => d
                 .handle
                 .downcast_ref::<GpuBuffer>()
-                .map(|b| &b.0)
                 .ok_or_else(|| BackendError::Input("not a GPU buffer".into())),
             _ => Err(BackendError::Input(format!(
                 "tensor in space {:?} is not in GPU memory",
@@ -172,16 +177,35 @@ impl Backend for GpuBackend {
         Ok(Tensor {
             data: TensorData::Device(DeviceBuffer {
                 bytes: bytes.len(),
-                handle: Arc::new(GpuBuffer(buffer)),
+                handle: Arc::new(GpuBuffer {
+                    buffer,
+                    staged: None,
+                }),
             }),
             space: GPU_SPACE,
             ..host
         })
     }
 
+    fn counters(&self) -> Option<DeviceCounters> {
+        Some(self.gpu.tally.snapshot())
+    }
+
+    fn takes_host_inputs(&self) -> bool {
+        true
+    }
+
     fn export(&self, tensor: &Tensor) -> Result<Tensor, BackendError> {
+        if tensor.space == MemorySpace::HOST {
+            // A host input handed to a GPU partition as is (`takes_host_inputs`).
+            return Ok(tensor.clone());
+        }
         let buffer = self.buffer_of(tensor)?;
-        let bytes = self.gpu.read(buffer, 0, tensor.data.len())?;
+        let len = tensor.data.len();
+        let bytes = match &buffer.staged {
+            Some(staged) => self.gpu.map_read(staged, len)?,
+            None => self.gpu.read(&buffer.buffer, 0, len)?,
+        };
         Ok(Tensor {
             dtype: tensor.dtype,
             shape: tensor.shape.clone(),

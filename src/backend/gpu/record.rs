@@ -1,6 +1,7 @@
-//! Recording: each graph node becomes a fixed list of dispatches (pipeline, bind group
-//! with its own parameter uniform, workgroup counts) built once at compile time. A run
-//! replays the list; only the inputs (and attention's per-step row table) change.
+//! Recording: each unit of fused nodes becomes a fixed list of dispatches (pipeline,
+//! bind group with its own parameter uniform, workgroup counts) built once at compile
+//! time. A run replays the list; only the inputs (and attention's per-step row table)
+//! change. Products live in `products.rs`, attention in `attention.rs`.
 
 use std::sync::Arc;
 
@@ -11,9 +12,20 @@ use crate::graph::{DType, Node, Op, RopeMode, Shape, ValueId};
 
 /// One recorded compute dispatch.
 pub(super) struct Dispatch {
+    pub kind: &'static str,
     pub pipeline: Arc<wgpu::ComputePipeline>,
     pub bind_group: wgpu::BindGroup,
     pub groups: [u32; 3],
+}
+
+impl Dispatch {
+    /// Adds this dispatch to `pass`.
+    pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        let [x, y, z] = self.groups;
+        pass.dispatch_workgroups(x, y, z);
+    }
 }
 
 /// A node operand on the GPU: its buffer and what it holds.
@@ -36,6 +48,13 @@ pub(super) fn dispatch(
     groups: [u32; 3],
 ) -> Result<Dispatch, BackendError> {
     let pipeline = gpu.pipeline(&source.name, &source.wgsl)?;
+    let storage = buffers.len() as u32;
+    if storage > gpu.limits.max_storage_buffers_per_shader_stage {
+        return Err(BackendError::Device(format!(
+            "{} binds {storage} storage buffers; the adapter allows {}",
+            source.name, gpu.limits.max_storage_buffers_per_shader_stage
+        )));
+    }
     let limit = gpu.limits.max_compute_workgroups_per_dimension;
     if groups.iter().any(|&g| g > limit) {
         return Err(BackendError::Device(format!(
@@ -58,13 +77,10 @@ pub(super) fn dispatch(
                     resource: b.as_entire_binding(),
                 }),
         );
-        gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&source.name),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        })
+        gpu.bind_group(&source.name, &pipeline.get_bind_group_layout(0), &entries)
     })?;
     Ok(Dispatch {
+        kind: source.kind,
         pipeline,
         bind_group,
         groups,
@@ -101,16 +117,14 @@ fn elementwise(
     dispatch(gpu, source, &params, buffers, [gx, gy, 1])
 }
 
-/// The dispatches computing `node` (every op but attention) from `ops` into `out`;
-/// a block-format matmul first quantizes its activations into `quants` (scratch that
-/// every node of the partition shares, sized by [`quants_bytes`]).
+/// The dispatches computing `node` (every op but products and attention) from `ops`
+/// into `out`.
 pub(super) fn record_node(
     gpu: &Gpu,
     id: ValueId,
     node: &Node,
     ops: &[Operand],
     out: &wgpu::Buffer,
-    quants: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>, BackendError> {
     let arg = |i: usize| {
         ops.get(i).ok_or_else(|| {
@@ -121,53 +135,6 @@ pub(super) fn record_node(
         |detail: String| BackendError::Input(format!("node {id} ({}): {detail}", node.op.kind()));
     let numel = node.shape.numel();
     Ok(match &node.op {
-        Op::MatMul => {
-            let (x, w) = (arg(0)?, arg(1)?);
-            let (n, k) = (w.shape.dims()[0], w.shape.last());
-            if w.dtype.is_quantized() && k % 32 != 0 {
-                return Err(unsupported(format!(
-                    "{} rows of {k} are not whole blocks",
-                    w.dtype
-                )));
-            }
-            let source = kernels::matmul(w.dtype)
-                .ok_or_else(|| unsupported(format!("no matmul kernel for {}", w.dtype)))?;
-            let m = x.shape.numel() / k.max(1);
-            let (gx, gy) = fold(
-                gpu,
-                word("matmul column groups", n.div_ceil(kernels::MATMUL_COLUMNS))?,
-            );
-            let params = [word("rows", m)?, word("columns", n)?, word("k", k)?, gx];
-            let groups = [
-                gx,
-                gy,
-                word("row blocks", m.div_ceil(kernels::MATMUL_ROWS))?,
-            ];
-            let mut dispatches = Vec::with_capacity(2);
-            let mut input = &x.buffer;
-            if w.dtype.is_quantized() {
-                let source = Source {
-                    name: "quantize_q8".into(),
-                    wgsl: kernels::QUANTIZE_Q8.into(),
-                };
-                dispatches.push(elementwise(
-                    gpu,
-                    &source,
-                    m * (k / 32),
-                    &[],
-                    &[&x.buffer, quants],
-                )?);
-                input = quants;
-            }
-            dispatches.push(dispatch(
-                gpu,
-                &source,
-                &params,
-                &[input, &w.buffer, out],
-                groups,
-            )?);
-            dispatches
-        }
         Op::Embedding => {
             let (table, ids) = (arg(0)?, arg(1)?);
             let (rows, d) = (table.shape.dims()[0], table.shape.last());
@@ -207,11 +174,10 @@ pub(super) fn record_node(
                 &[&a.buffer, &b.buffer, out],
             )?]
         }
-        Op::Silu | Op::Gelu | Op::Reshape => {
+        Op::Silu | Op::Gelu => {
             let op = match node.op {
                 Op::Silu => Unary::Silu,
-                Op::Gelu => Unary::Gelu,
-                _ => Unary::Copy,
+                _ => Unary::Gelu,
             };
             vec![elementwise(
                 gpu,
@@ -225,10 +191,7 @@ pub(super) fn record_node(
             let (x, w) = (arg(0)?, arg(1)?);
             let d = x.shape.last();
             let rows = word("rows", x.shape.numel() / d.max(1))?;
-            let source = Source {
-                name: "rms_norm".into(),
-                wgsl: kernels::RMS_NORM.into(),
-            };
+            let source = Source::fixed("rms_norm", kernels::RMS_NORM);
             let params = [word("width", d)?, eps.to_bits()];
             vec![dispatch(
                 gpu,
@@ -260,10 +223,7 @@ pub(super) fn record_node(
                 freq_base.to_bits(),
                 freq_scale.to_bits(),
             ];
-            let source = Source {
-                name: "rope".into(),
-                wgsl: kernels::ROPE.into(),
-            };
+            let source = Source::fixed("rope", kernels::ROPE);
             vec![elementwise(
                 gpu,
                 &source,
@@ -281,14 +241,53 @@ pub(super) fn record_node(
     })
 }
 
-/// Bytes of quantized activations a matmul of `x` against a weight of `dtype` needs;
-/// zero for dense weights.
-pub(super) fn quants_bytes(dtype: DType, x: &Shape) -> usize {
-    if dtype.is_quantized() {
-        x.numel() / 32 * kernels::QUANTIZED_BLOCK_BYTES
-    } else {
-        0
-    }
+/// Bytes of the 8-bit activations of `x` (blocks of 32 along its last axis).
+pub(super) fn quants_bytes(x: &Shape) -> usize {
+    x.numel() / 32 * kernels::QUANTIZED_BLOCK_BYTES
+}
+
+/// Quantizes `x` (`len` elements) into `quants` for a block-format product.
+pub(super) fn record_quantize(
+    gpu: &Gpu,
+    x: &wgpu::Buffer,
+    len: usize,
+    quants: &wgpu::Buffer,
+) -> Result<Dispatch, BackendError> {
+    let source = Source::fixed("quantize", kernels::QUANTIZE_Q8);
+    elementwise(gpu, &source, len / 32, &[], &[x, quants])
+}
+
+/// RMS norm of `x` (rows of `d`) by `weight`, written to `quants` as 8-bit activations.
+pub(super) fn record_norm_q8(
+    gpu: &Gpu,
+    x: &Operand,
+    weight: &wgpu::Buffer,
+    eps: f32,
+    quants: &wgpu::Buffer,
+) -> Result<Dispatch, BackendError> {
+    let d = x.shape.last();
+    let rows = word("rows", x.shape.numel() / d.max(1))?;
+    let source = Source::fixed("norm_q8", kernels::NORM_Q8);
+    let params = [word("width", d)?, eps.to_bits()];
+    dispatch(
+        gpu,
+        &source,
+        &params,
+        &[&x.buffer, weight, quants],
+        [rows, 1, 1],
+    )
+}
+
+/// `silu(gate) · up` written to `quants` as 8-bit activations.
+pub(super) fn record_swiglu_q8(
+    gpu: &Gpu,
+    gate: &Operand,
+    up: &wgpu::Buffer,
+    quants: &wgpu::Buffer,
+) -> Result<Dispatch, BackendError> {
+    let source = Source::fixed("swiglu_q8", kernels::SWIGLU_Q8);
+    let len = gate.shape.numel() / 32;
+    elementwise(gpu, &source, len, &[], &[&gate.buffer, up, quants])
 }
 
 /// Softmax over the last axis of `x` into `out`: a copy, then the in-place row kernel.
@@ -307,10 +306,7 @@ pub(super) fn record_softmax(
         &[&x.buffer, out],
     )?;
     let (gx, gy) = fold(gpu, rows);
-    let source = Source {
-        name: "softmax".into(),
-        wgsl: kernels::SOFTMAX.into(),
-    };
+    let source = Source::fixed("softmax", kernels::SOFTMAX);
     let params = [word("width", width)?, word("width", width)?, gx, rows];
     let rows_kernel = dispatch(gpu, &source, &params, &[out], [gx, gy, 1])?;
     Ok(vec![copy, rows_kernel])

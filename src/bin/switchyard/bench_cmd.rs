@@ -10,12 +10,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use switchyard::backend::KvDType;
 
-use switchyard::bench::bandwidth::{BandwidthProbe, PROBE_BYTES};
+use switchyard::bench::bandwidth::{BandwidthProbe, PASSES_PER_PROBE, PROBE_BYTES};
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
+use crate::bench_device;
 use crate::bench_profile;
 use crate::model_args::ModelArgs;
 
@@ -34,8 +35,9 @@ pub struct BenchArgs {
     )]
     prompt_tokens: Vec<usize>,
     /// Decode steps to time after a 128-token prompt (tgN); 0 skips the test. The
-    /// machine's read bandwidth is probed after each tgN run (256 MiB, not counted in
-    /// the peak RSS), and the decode's weight GB/s is shown as a share of it.
+    /// machine's read bandwidth is probed after each tgN run (the best of 5 passes over
+    /// 1 GiB, not counted in the peak RSS), and the decode's weight GB/s is shown as a
+    /// share of it.
     #[arg(
         long,
         value_name = "N",
@@ -120,6 +122,8 @@ struct Report {
     /// With `--profile`: each test's node times.
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<Vec<bench_profile::TestProfile>>,
+    /// Each test's device counters, for the backends that keep them (the GPU).
+    devices: Vec<bench_device::DeviceUse>,
 }
 
 /// Read-bandwidth probes taken between the `tg` test's runs (after each, warm-up
@@ -128,7 +132,7 @@ struct Report {
 struct ReadBandwidth {
     /// Bytes each probe read.
     bytes: usize,
-    /// Each probe's GB/s (the median of its passes).
+    /// Each probe's GB/s (the best of its passes).
     probes_gb_s: Vec<f64>,
     /// The median probe.
     median_gb_s: f64,
@@ -282,9 +286,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .then(|| BandwidthProbe::new(threads, PROBE_BYTES))
         .flatten();
     let mut results = Vec::with_capacity(tests.len());
+    let mut devices = Vec::new();
     for &test in &tests {
         progress.set_message(test.name());
         let probing = matches!(test, BenchTest::Generate(_));
+        let before = bench_device::snapshot(&runner);
         results.push(run_test(
             &mut runner,
             &prompt,
@@ -297,6 +303,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 }
             },
         )?);
+        let after = bench_device::snapshot(&runner);
+        devices.extend(bench_device::uses(&test.name(), &before, &after));
     }
     progress.finish_and_clear();
     let profile = if args.profile {
@@ -344,11 +352,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .as_ref()
             .map_or_else(peak_rss_bytes, |p| Some(p.peak_rss_bytes())),
         profile,
+        devices,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print_table(&report);
+        bench_device::print(&report.devices);
         if let Some(profile) = &report.profile {
             let others = runner.backends().iter().any(|b| b.op_profile().is_none());
             bench_profile::print_profiles(profile, others);
@@ -418,10 +428,11 @@ fn print_table(report: &Report) {
             .map_or_else(String::new, |bw| {
                 format!(
                     ", {:.0} % of the {:.1} GB/s the machine read between its runs \
-                 (median of {} probes of {} MiB)",
+                 (median of {} probes, each the best of {} passes over {} MiB)",
                     100.0 * gb_s / bw.median_gb_s,
                     bw.median_gb_s,
                     bw.probes_gb_s.len(),
+                    PASSES_PER_PROBE,
                     bw.bytes >> 20
                 )
             });

@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 
+use switchyard::backend::cpu::isa::{self, Dispatch};
 use switchyard::backend::{cpu::CpuBackend, Backend, Capability};
 
 use crate::gpu_report::{probe, GpuProbe};
@@ -20,6 +21,7 @@ pub struct DoctorArgs {
 struct Report<'a> {
     version: &'static str,
     commit: &'static str,
+    cpu_kernels: Dispatch,
     backends: Vec<BackendReport<'a>>,
     gpu: GpuProbe,
 }
@@ -33,6 +35,7 @@ struct BackendReport<'a> {
 
 /// Prints the report.
 pub fn run(args: &DoctorArgs) -> Result<()> {
+    let cpu_kernels = isa::dispatch()?;
     let cpu = CpuBackend::new(None)?;
     let (gpu, gpu_backend) = probe();
     let mut backends: Vec<&dyn Backend> = vec![&cpu];
@@ -43,6 +46,7 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
         gpu,
         version: env!("CARGO_PKG_VERSION"),
         commit: env!("SWITCHYARD_GIT_COMMIT"),
+        cpu_kernels,
         backends: backends
             .iter()
             .map(|b| BackendReport {
@@ -57,6 +61,7 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
         return Ok(());
     }
     println!("switchyard {} ({})", report.version, report.commit);
+    println!("cpu kernels: {}", report.cpu_kernels.describe());
     for b in &report.backends {
         let cap = b.capability;
         println!();

@@ -4,6 +4,7 @@
 
 mod bench_arms;
 mod bench_cmd;
+mod bench_device;
 mod bench_profile;
 mod calibrate_cmd;
 mod chat_cmd;
@@ -25,11 +26,20 @@ use switchyard::model::ModelError;
 
 /// Switchyard runs transformer LLMs across every compute unit of this machine.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version, about, long_about = None, after_help = ISA_HELP)]
 struct Cli {
+    /// Cap the CPU backend's kernels at this set: scalar, avx2 or avx512 (default:
+    /// the widest this CPU runs; also SWITCHYARD_ISA). A set this CPU lacks is refused.
+    #[arg(long, global = true, value_name = "SET")]
+    isa: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
+
+/// The environment variable `--help` documents beside the flags.
+const ISA_HELP: &str = "Environment:\n  SWITCHYARD_ISA=scalar|avx2|avx512  cap the CPU backend's \
+     kernels as --isa does (the flag wins), to run an AVX2-only or portable host's kernels \
+     on a wider CPU; `switchyard doctor` and `bench --json` report the set in force";
 
 #[derive(Subcommand)]
 enum Command {
@@ -68,6 +78,10 @@ fn main() {
     )
     .init();
     let cli = Cli::parse();
+    if let Err(error) = switchyard::backend::cpu::isa::init(cli.isa.as_deref()) {
+        eprintln!("error: {error}");
+        std::process::exit(2);
+    }
     let result = match cli.command {
         Command::Generate(args) => generate_cmd::run(&args),
         Command::Chat(args) => chat_cmd::run(&args),

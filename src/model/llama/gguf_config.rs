@@ -41,7 +41,14 @@ impl LlamaConfig {
         let arch = file.architecture()?.to_string();
         check_architecture(path, &arch, GGUF_ARCHITECTURES)?;
         let meta = file.metadata();
-        keys::check_gguf_keys(path, &arch, meta)?;
+        let read_past = keys::check_gguf_keys(path, &arch, meta)?;
+        if !read_past.is_empty() {
+            log::warn!(
+                "{}: read past GGUF metadata in namespaces no reader uses: {}",
+                path.display(),
+                read_past.join(", ")
+            );
+        }
         let read = Read {
             path,
             meta,

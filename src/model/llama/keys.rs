@@ -1,10 +1,13 @@
 //! The one place that says which configuration keys Switchyard reads. Every key of a
 //! `config.json` or of a GGUF file's metadata is either implemented (read, with its
-//! value checked) or known not to change the computation; any other key is refused by
-//! name and value, so a checkpoint never runs as something it is not.
+//! value checked), known not to change the computation (at any value, or at its default
+//! only), or a GGUF key in a namespace no reader uses (read past and logged, as
+//! llama.cpp does); any other key is refused by name and value, so a checkpoint never
+//! runs as something it is not.
 
 use std::path::Path;
 
+use super::gguf_config::GGUF_ARCHITECTURES;
 use crate::model::gguf::Metadata;
 use crate::model::ModelError;
 
@@ -159,6 +162,114 @@ pub const HF_IGNORED: &[KeyRule] = &[
         "_sliding_window_pattern",
         "written beside layer_types, which decides",
     ),
+    (
+        "chunk_size_feed_forward",
+        "feed-forward computed in chunks: the same values",
+    ),
+    ("id2label", "class names of a classification head"),
+    ("label2id", "class names of a classification head"),
+    ("problem_type", "loss of a classification head"),
+    ("finetuning_task", "informational"),
+    (
+        "task_specific_params",
+        "settings of transformers' pipelines",
+    ),
+    ("prefix", "text transformers' pipelines prepend"),
+    ("tokenizer_class", "tokenizer side (tokenizer.json decides)"),
+    ("sep_token_id", "tokenizer side (separator)"),
+    (
+        "decoder_start_token_id",
+        "encoder-decoder generation (is_encoder_decoder decides)",
+    ),
+    (
+        "tie_encoder_decoder",
+        "acts only between an encoder and a decoder (is_encoder_decoder decides)",
+    ),
+    (
+        "cross_attention_hidden_size",
+        "acts only with add_cross_attention",
+    ),
+    (
+        "torchscript",
+        "tracing mode: the tied head is cloned, the same values",
+    ),
+    (
+        "use_bfloat16",
+        "TensorFlow-era flag; weights keep their stored dtype",
+    ),
+    ("tf_legacy_loss", "training loss of the TensorFlow models"),
+];
+
+/// Generation defaults that full `config.json` dumps of transformers 4 carry, at
+/// any value: they set what transformers' `generate()` does when a caller says
+/// nothing, not the logits; Switchyard samples as each request says.
+pub const HF_GENERATION: &[&str] = &[
+    "max_length",
+    "min_length",
+    "do_sample",
+    "early_stopping",
+    "num_beams",
+    "num_beam_groups",
+    "diversity_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "num_return_sequences",
+    "output_scores",
+    "return_dict_in_generate",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+];
+
+/// The value at which a [`HF_DEFAULT_ONLY`] field changes nothing (null too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Neutral {
+    /// `false`.
+    False,
+    /// An empty object, `{}`.
+    Empty,
+}
+
+impl Neutral {
+    /// Whether `value` is this neutral value or null.
+    pub fn holds(self, value: &serde_json::Value) -> bool {
+        value.is_null()
+            || match self {
+                Neutral::False => value == &serde_json::Value::Bool(false),
+                Neutral::Empty => value.as_object().is_some_and(|o| o.is_empty()),
+            }
+    }
+}
+
+/// Generic transformers `PretrainedConfig` fields that full dumps carry at their
+/// defaults, where they change nothing; any other value changes a causal LM's
+/// output, which Switchyard does not compute, and is refused by name.
+pub const HF_DEFAULT_ONLY: &[(&str, Neutral, &str)] = &[
+    (
+        "pruned_heads",
+        Neutral::Empty,
+        "attention heads removed from the layers",
+    ),
+    (
+        "is_encoder_decoder",
+        Neutral::False,
+        "an encoder-decoder model, not a causal LM",
+    ),
+    (
+        "add_cross_attention",
+        Neutral::False,
+        "cross-attention to an encoder in every block",
+    ),
 ];
 
 /// `{arch}.` GGUF metadata keys that are read and change the computation.
@@ -242,6 +353,20 @@ pub const GGUF_IGNORED_PREFIXES: &[KeyRule] = &[
     ),
 ];
 
+/// Namespaces (a key's part before its first `.`) outside `{arch}.` and the ignored
+/// prefixes that a reader gives meaning: a key there is refused, since it may be meant
+/// to change the computation. So is one under another architecture of
+/// [`GGUF_ARCHITECTURES`]. Keys in any other namespace are read past and logged, as
+/// llama.cpp reads past them.
+pub const GGUF_READ_NAMESPACES: &[KeyRule] = &[
+    (
+        "clip",
+        "a vision encoder or projector: not a language model alone",
+    ),
+    ("split", "one shard of a model split over several files"),
+    ("adapter", "a LoRA or control-vector adapter, not a model"),
+];
+
 /// Where a refused key came from, for the error message.
 #[derive(Clone, Copy, Debug)]
 pub enum KeySource {
@@ -274,8 +399,9 @@ pub fn unsupported(
     }
 }
 
-/// Refuses the first top-level key of `config` that is in neither HF table, or that
-/// architecture `arch` does not read (see [`HF_ARCH_ONLY`]).
+/// Refuses the first top-level key of `config` that is in no HF table, that
+/// architecture `arch` does not read (see [`HF_ARCH_ONLY`]), or that is a
+/// [`HF_DEFAULT_ONLY`] field away from its default.
 pub fn check_hf_keys(
     path: &Path,
     arch: &str,
@@ -289,11 +415,16 @@ pub fn check_hf_keys(
         let known = HF_IMPLEMENTED
             .iter()
             .chain(HF_IGNORED)
-            .any(|(k, _)| k == key);
+            .any(|(k, _)| k == key)
+            || HF_GENERATION.contains(&key.as_str());
         let foreign = HF_ARCH_ONLY.iter().any(|(k, archs)| {
             k == key && !archs.contains(&arch) && !matches!(value, Null | Bool(false))
         });
-        if !known || foreign {
+        let refused = match HF_DEFAULT_ONLY.iter().find(|(k, _, _)| k == key) {
+            Some((_, neutral, _)) => !neutral.holds(value),
+            None => !known || foreign,
+        };
+        if refused {
             return Err(unsupported(path, KeySource::ConfigJson, key, value));
         }
     }
@@ -301,9 +432,15 @@ pub fn check_hf_keys(
 }
 
 /// Refuses the first GGUF metadata key that is neither `{arch}.` implemented or
-/// ignored nor under an ignored prefix.
-pub fn check_gguf_keys(path: &Path, arch: &str, meta: &Metadata) -> Result<(), ModelError> {
+/// ignored, nor under an ignored prefix, nor in a namespace no reader uses (see
+/// [`GGUF_READ_NAMESPACES`]); returns the keys of that last kind, which are read past.
+pub fn check_gguf_keys<'m>(
+    path: &Path,
+    arch: &str,
+    meta: &'m Metadata,
+) -> Result<Vec<&'m str>, ModelError> {
     let arch_prefix = format!("{arch}.");
+    let mut read_past = Vec::new();
     for (key, value) in meta.iter() {
         let known = match key.strip_prefix(&arch_prefix) {
             Some(rest) => {
@@ -315,15 +452,27 @@ pub fn check_gguf_keys(path: &Path, arch: &str, meta: &Metadata) -> Result<(), M
                         .iter()
                         .any(|(k, archs)| *k == rest && !archs.contains(&arch))
             }
-            None => GGUF_IGNORED_PREFIXES
+            None if GGUF_IGNORED_PREFIXES
                 .iter()
-                .any(|(p, _)| key.starts_with(p)),
+                .any(|(p, _)| key.starts_with(p)) =>
+            {
+                true
+            }
+            None => {
+                let namespace = key.split('.').next().unwrap_or(key);
+                let read = GGUF_ARCHITECTURES.contains(&namespace)
+                    || GGUF_READ_NAMESPACES.iter().any(|(n, _)| *n == namespace);
+                if !read {
+                    read_past.push(key);
+                }
+                !read
+            }
         };
         if !known {
             return Err(unsupported(path, KeySource::Gguf, key, &value_text(value)));
         }
     }
-    Ok(())
+    Ok(read_past)
 }
 
 /// A GGUF value as an error message shows it: scalars in full, arrays by length.

@@ -87,6 +87,28 @@ fn every_key_is_in_exactly_one_table() {
     for (prefix, _) in GGUF_IGNORED_PREFIXES {
         assert!(prefix.ends_with('.'), "{prefix}");
     }
+    let generic = HF_DEFAULT_ONLY
+        .iter()
+        .map(|(k, _, _)| k)
+        .chain(HF_GENERATION);
+    for key in generic {
+        let listed = HF_IMPLEMENTED
+            .iter()
+            .chain(HF_IGNORED)
+            .any(|(k, _)| k == key);
+        assert!(!listed, "{key}");
+        let in_default_only = HF_DEFAULT_ONLY.iter().filter(|(k, _, _)| k == key);
+        let in_generation = HF_GENERATION.iter().filter(|k| *k == key);
+        assert_eq!(in_default_only.count() + in_generation.count(), 1, "{key}");
+    }
+    for (namespace, _) in GGUF_READ_NAMESPACES {
+        let prefix = format!("{namespace}.");
+        assert!(
+            !GGUF_IGNORED_PREFIXES.iter().any(|(p, _)| *p == prefix),
+            "{namespace}"
+        );
+        assert!(!GGUF_ARCHITECTURES.contains(namespace), "{namespace}");
+    }
 }
 
 const D: usize = 32;
@@ -169,6 +191,42 @@ fn the_base_config_loads() {
     let config = hf(dir.path(), &base_config(), &[]).unwrap();
     assert!(config.tie_embeddings);
     assert_eq!(config.rope.inv_freq, None);
+}
+
+/// The generic `PretrainedConfig` fields that change a causal LM's output load at
+/// their defaults (and null) and are refused by name at any other value.
+#[test]
+fn generic_fields_away_from_their_defaults_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = base_config();
+    for (key, neutral, _) in HF_DEFAULT_ONLY {
+        let default = match neutral {
+            Neutral::False => serde_json::json!(false),
+            Neutral::Empty => serde_json::json!({}),
+        };
+        for value in [default, serde_json::Value::Null] {
+            config.insert(key.to_string(), value);
+            hf(dir.path(), &config, &[]).unwrap();
+        }
+    }
+    let cases = [
+        (
+            serde_json::json!({"pruned_heads": {"0": [1, 2]}}),
+            r#"unsupported: config.json pruned_heads = {"0":[1,2]}"#,
+        ),
+        (
+            serde_json::json!({"is_encoder_decoder": true}),
+            "unsupported: config.json is_encoder_decoder = true",
+        ),
+        (
+            serde_json::json!({"add_cross_attention": true}),
+            "unsupported: config.json add_cross_attention = true",
+        ),
+    ];
+    assert_eq!(cases.len(), HF_DEFAULT_ONLY.len());
+    for (changes, want) in cases {
+        refused_hf(changes, want);
+    }
 }
 
 /// A step without logits (a prompt chunk before the last) ends at the last layer's
@@ -446,6 +504,37 @@ fn every_unsupported_gguf_variant_is_refused_by_key_and_value() {
     for ((key, value), want) in cases {
         let err = gguf(dir.path(), &[(key, value)]).unwrap_err().to_string();
         assert!(err.contains(want), "{err} lacks {want:?}");
+    }
+}
+
+/// A key in a namespace no reader uses is read past (and returned to be logged), as
+/// llama.cpp reads past it; one in a namespace a reader gives meaning is refused.
+#[test]
+fn gguf_keys_in_a_namespace_no_reader_uses_are_read_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let bools = GgufValue::Array(crate::model::gguf::Array::Bool(vec![true, false]));
+    let extra = [
+        ("hostile.array_bool", bools),
+        ("merge_tool.source", GgufValue::Str("a, b".into())),
+    ];
+    gguf(dir.path(), &extra).unwrap();
+    let file = GgufFile::open(dir.path().join("m.gguf")).unwrap();
+    let read_past = check_gguf_keys(file.path(), "llama", file.metadata()).unwrap();
+    assert_eq!(read_past, ["hostile.array_bool", "merge_tool.source"]);
+    let refused = [
+        (
+            "qwen2.context_length",
+            "GGUF metadata qwen2.context_length = 64",
+        ),
+        ("split.count", "GGUF metadata split.count = 64"),
+        (
+            "adapter.lora.alpha",
+            "GGUF metadata adapter.lora.alpha = 64",
+        ),
+    ];
+    for (key, want) in refused {
+        let err = gguf(dir.path(), &[(key, GgufValue::U32(64))]).unwrap_err();
+        assert!(err.to_string().contains(want), "{err} lacks {want:?}");
     }
 }
 

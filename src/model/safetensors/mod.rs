@@ -30,8 +30,9 @@ pub const INDEX_FILE: &str = "model.safetensors.index.json";
 /// architecture. Anything else is available through [`HfModel::raw_config`].
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct HfConfig {
-    /// Model classes, e.g. `["LlamaForCausalLM"]`.
-    #[serde(default)]
+    /// Model classes, e.g. `["LlamaForCausalLM"]` (none when absent or null, as a
+    /// full `to_dict()` dump writes it).
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub architectures: Vec<String>,
     /// Architecture family, e.g. `llama`.
     pub model_type: Option<String>,
@@ -60,6 +61,11 @@ pub struct HfConfig {
 }
 
 /// The `weight_map` of a sharded model's index.
+/// A list that may be written as `null`, read as empty.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+}
+
 #[derive(Deserialize)]
 struct Index {
     weight_map: BTreeMap<String, String>,

@@ -1,6 +1,9 @@
 //! Vectorised `exp` for the kernels that need many (softmax, SiLU): libm's scalar
 //! `expf` cost 3-5 % of a batched decode step.
 
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::isa::{allows, Isa};
+
 /// Whether this CPU runs the AVX-512 code of the kernels (AVX-512 F, plus the AVX2,
 /// FMA and F16C they also use; checked once).
 pub(super) fn avx512_available() -> bool {
@@ -8,7 +11,8 @@ pub(super) fn avx512_available() -> bool {
     {
         static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *AVAILABLE.get_or_init(|| {
-            is_x86_feature_detected!("avx512f")
+            allows(Isa::Avx512)
+                && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
@@ -111,7 +115,8 @@ pub(super) fn avx2_available() -> bool {
     {
         static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *AVAILABLE.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
+            allows(Isa::Avx2)
+                && is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
         })

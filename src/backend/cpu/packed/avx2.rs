@@ -18,12 +18,14 @@ use std::arch::x86_64::*;
 use super::code::*;
 use super::prefetch::{PREFETCH_BLOCKS, SCALE_AHEAD};
 use super::{Panel, PanelFn, PANEL};
+use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::BlockQ8;
 
 /// The kernel when this CPU has AVX2, FMA and F16C.
 pub(super) fn kernel() -> Option<PanelFn> {
-    let ok = is_x86_feature_detected!("avx2")
+    let ok = allows(Isa::Avx2)
+        && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
     ok.then_some(panel as PanelFn)

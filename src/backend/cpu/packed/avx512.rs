@@ -11,12 +11,14 @@ use std::arch::x86_64::*;
 use super::code::*;
 use super::prefetch::{PREFETCH_BLOCKS, SCALE_AHEAD};
 use super::{Panel, PanelFn, PANEL, ROW_GROUP};
+use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// The kernel when this CPU has AVX-512 F/BW/VL with VNNI and F16C.
 pub(super) fn kernel() -> Option<PanelFn> {
-    let ok = is_x86_feature_detected!("avx512f")
+    let ok = allows(Isa::Avx512)
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")

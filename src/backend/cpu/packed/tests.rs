@@ -151,10 +151,12 @@ fn matches_the_scalar_twin(simd: PanelFn, name: &str) {
 }
 
 /// Sibling weights in one call give each product exactly as alone (block and float
-/// kinds, one row and several, a last panel padded).
+/// kinds, one row and several, a last panel padded), where this CPU (or the
+/// `SWITCHYARD_ISA` cap) has the kinds' packed kernels.
 #[test]
 fn siblings_in_one_call_match_each_product_alone() {
-    for kind in [PackedKind::Q4_1, PackedKind::Q6K, PackedKind::F16] {
+    let kinds = [PackedKind::Q4_1, PackedKind::Q6K, PackedKind::F16];
+    for kind in kinds.into_iter().filter(|&kind| super::available(kind)) {
         let k = cols(kind, 256);
         let ws: Vec<PackedWeight> = [48, 16, 37]
             .iter()

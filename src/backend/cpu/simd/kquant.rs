@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 use bytemuck::{Pod, Zeroable};
 
 use super::scalar_k;
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -114,7 +116,8 @@ impl KTable {
     /// The AVX2 kernels when this CPU supports them.
     #[cfg(target_arch = "x86_64")]
     pub(super) fn avx2() -> Option<KTable> {
-        let ok = is_x86_feature_detected!("avx2")
+        let ok = allows(Isa::Avx2)
+            && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         ok.then_some(KTable {

@@ -25,6 +25,8 @@ use std::sync::OnceLock;
 
 use bytemuck::{Pod, Zeroable};
 
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -158,7 +160,8 @@ impl Table {
     /// The AVX2 table when this CPU supports it.
     #[cfg(target_arch = "x86_64")]
     fn avx2() -> Option<Table> {
-        let ok = is_x86_feature_detected!("avx2")
+        let ok = allows(Isa::Avx2)
+            && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         ok.then_some(Table {
@@ -183,7 +186,8 @@ impl Table {
     #[cfg(target_arch = "x86_64")]
     fn avx512() -> Option<Table> {
         let avx2 = Table::avx2()?;
-        let ok = is_x86_feature_detected!("avx512f")
+        let ok = allows(Isa::Avx512)
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512vnni");

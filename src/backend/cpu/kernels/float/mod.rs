@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 
 use half::bf16;
 
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -72,7 +74,8 @@ impl Table {
     /// The AVX2 + FMA + F16C table when this CPU supports it.
     #[cfg(target_arch = "x86_64")]
     fn avx2() -> Option<Table> {
-        let ok = is_x86_feature_detected!("avx2")
+        let ok = allows(Isa::Avx2)
+            && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c");
         ok.then_some(Table {
@@ -89,7 +92,9 @@ impl Table {
     #[cfg(target_arch = "x86_64")]
     fn avx512() -> Option<Table> {
         let avx2 = Table::avx2()?;
-        let ok = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+        let ok = allows(Isa::Avx512)
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw");
         let bf16 = is_x86_feature_detected!("avx512bf16");
         ok.then_some(Table {
             f16_rows: x86::avx512_rows_f16,

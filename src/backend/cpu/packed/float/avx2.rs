@@ -8,10 +8,12 @@
 use std::arch::x86_64::*;
 
 use super::{FloatPanel, FloatPanelFn, WidenFn, WidenedPanelFn, PANEL, PREFETCH_COLUMNS};
+use crate::backend::cpu::isa::{allows, Isa};
 
 /// The kernel when this CPU has AVX2, FMA and F16C.
 pub(super) fn kernel() -> Option<FloatPanelFn> {
-    let ok = is_x86_feature_detected!("avx2")
+    let ok = allows(Isa::Avx2)
+        && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
     ok.then_some(panel as FloatPanelFn)

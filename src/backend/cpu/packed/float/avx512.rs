@@ -8,10 +8,12 @@
 use std::arch::x86_64::*;
 
 use super::{Bf16DotFn, Bf16RoundFn, FloatPanel, FloatPanelFn, PANEL, PREFETCH_COLUMNS};
+use crate::backend::cpu::isa::{allows, Isa};
 
 /// The f32 FMA kernel when this CPU has AVX-512 F (with F16C and FMA).
 pub(super) fn kernel() -> Option<FloatPanelFn> {
-    let ok = is_x86_feature_detected!("avx512f")
+    let ok = allows(Isa::Avx512)
+        && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("f16c")
         && is_x86_feature_detected!("fma");
     ok.then_some(panel as FloatPanelFn)
@@ -19,14 +21,17 @@ pub(super) fn kernel() -> Option<FloatPanelFn> {
 
 /// The bf16 pair kernel when this CPU has AVX-512 F and BF16.
 pub(super) fn bf16_dot_kernel() -> Option<Bf16DotFn> {
-    let ok = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16");
+    let ok = allows(Isa::Avx512)
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bf16");
     ok.then_some(bf16_panel as Bf16DotFn)
 }
 
 /// `round(x, out)`: as many leading values of `x` as fill whole registers of sixteen
 /// rounded to bf16 bits into `out` (returned: how many), when this CPU has AVX-512 F.
 pub(super) fn round_to_bf16_kernel() -> Option<Bf16RoundFn> {
-    is_x86_feature_detected!("avx512f").then_some(round_to_bf16 as Bf16RoundFn)
+    let ok = allows(Isa::Avx512) && is_x86_feature_detected!("avx512f");
+    ok.then_some(round_to_bf16 as Bf16RoundFn)
 }
 
 /// Safe entry point: only handed out by [`round_to_bf16_kernel`] after the feature was

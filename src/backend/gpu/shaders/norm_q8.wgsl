@@ -1,0 +1,43 @@
+// RMS normalisation quantized for the block-format products that alone read it: one
+// workgroup per row computes 1 / sqrt(mean(x²) + eps) as rms_norm.wgsl does, then each
+// thread scales and quantizes whole blocks of 32 (q8_block.wgsl); the f32 result is
+// never stored.
+struct Params {
+    d: u32,
+    eps: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read_write> xq: array<vec4<u32>>;
+
+var<workgroup> sums: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let base = wg.x * p.d;
+    var acc = 0.0;
+    for (var i = t; i < p.d; i += 64u) {
+        let v = x[base + i];
+        acc += v * v;
+    }
+    sums[t] = acc;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s >>= 1u) {
+        if (t < s) {
+            sums[t] += sums[t + s];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(sums[0] / f32(p.d) + p.eps);
+    let blocks = p.d / 32u;
+    for (var b = t; b < blocks; b += 64u) {
+        var vals: array<f32, 32>;
+        for (var e = 0u; e < 32u; e++) {
+            let i = b * 32u + e;
+            vals[e] = x[base + i] * inv * weight[i];
+        }
+        store_q8(&vals, wg.x * blocks + b);
+    }
+}

@@ -1,0 +1,256 @@
+//! What a decode step costs the GPU, counted: for random-weight models with the layer
+//! shapes of the default model (SmolLM2-135M: 576 wide, 9 heads over 3 KV heads, FFN
+//! 1536) and of the 1B class (Llama 3.2 1B: 2048 wide, 32 heads over 8, FFN 8192),
+//! two layers each and a small vocabulary, every node on the GPU: at most 10 dispatches
+//! per layer (the embedding, the logits rows' gathers, the final norm and the head come
+//! on top), one compute
+//! pass, one submit, one wait, no buffer or bind group created after the first decode
+//! step, and the logits the only bytes read back. The fused step also gives the
+//! unfused CPU's logits (within the block formats' quantization noise).
+#![cfg(feature = "gpu")]
+
+mod gpu_data;
+mod gpu_support;
+
+use std::sync::Arc;
+
+use gpu_data::{quantized, Lcg};
+use half::f16;
+use switchyard::backend::{
+    cpu::CpuBackend, Backend, BackendSet, DeviceCounters, HostTensor, KvDType, SharedBytes,
+};
+use switchyard::graph::DType;
+use switchyard::model::gguf::{write_gguf, GgufFile, Value};
+use switchyard::model::llama::{LlamaConfig, TensorRole};
+use switchyard::model::{GgufWeights, LlamaStep};
+use switchyard::plan::Policy;
+use switchyard::step::{CoexecMode, Runner};
+
+const VOCAB: usize = 320;
+const LAYERS: usize = 2;
+/// Dispatches outside the layers' ten: the embedding, the last layer's two gathers of
+/// the rows that get logits (its attention output and residual), the final norm and
+/// the head.
+const OUTSIDE_LAYERS: u64 = 5;
+
+/// A layer shape: width, heads, KV heads, FFN width.
+#[derive(Clone, Copy)]
+struct Shape {
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    ffn: usize,
+}
+
+const SMOLLM2_135M: Shape = Shape {
+    d: 576,
+    heads: 9,
+    kv_heads: 3,
+    ffn: 1536,
+};
+const LLAMA_1B: Shape = Shape {
+    d: 2048,
+    heads: 32,
+    kv_heads: 8,
+    ffn: 8192,
+};
+
+fn tensor(rng: &mut Lcg, dtype: DType, shape: &[usize]) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let bytes = match dtype {
+        DType::F32 => rng
+            .vec(n, 0.2)
+            .iter()
+            .flat_map(|v| (1.0 + v).to_le_bytes())
+            .collect(),
+        DType::F16 => rng
+            .vec(n, 0.05)
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => quantized(rng, dtype, n / shape[1], shape[1]).0,
+    };
+    HostTensor::new(dtype, shape.to_vec().into(), SharedBytes::from_vec(bytes)).unwrap()
+}
+
+/// A two-layer Llama of `shape` whose products are all `dtype`, written as GGUF. An F16
+/// model keeps an F32 token table: an F16 table's lookup yields F16 activations, whose
+/// cast to F32 the GPU does not run yet (it would put a node of every step on the CPU).
+fn write_model(path: &std::path::Path, shape: Shape, dtype: DType) {
+    let table = if dtype == DType::F16 {
+        DType::F32
+    } else {
+        dtype
+    };
+    let mut rng = Lcg(7);
+    let Shape {
+        d,
+        heads,
+        kv_heads,
+        ffn,
+    } = shape;
+    let kv = kv_heads * d / heads;
+    let mut roles = vec![
+        (TensorRole::TokenEmbedding, table, vec![VOCAB, d]),
+        (TensorRole::OutputNorm, DType::F32, vec![d]),
+    ];
+    for l in 0..LAYERS {
+        roles.extend([
+            (TensorRole::AttnNorm(l), DType::F32, vec![d]),
+            (TensorRole::AttnQ(l), dtype, vec![d, d]),
+            (TensorRole::AttnK(l), dtype, vec![kv, d]),
+            (TensorRole::AttnV(l), dtype, vec![kv, d]),
+            (TensorRole::AttnOutput(l), dtype, vec![d, d]),
+            (TensorRole::FfnNorm(l), DType::F32, vec![d]),
+            (TensorRole::FfnGate(l), dtype, vec![ffn, d]),
+            (TensorRole::FfnUp(l), dtype, vec![ffn, d]),
+            (TensorRole::FfnDown(l), dtype, vec![d, ffn]),
+        ]);
+    }
+    let tensors: Vec<(String, HostTensor)> = roles
+        .into_iter()
+        .map(|(role, dtype, shape)| (role.gguf_name(), tensor(&mut rng, dtype, &shape)))
+        .collect();
+    let metadata = [
+        ("general.architecture", Value::Str("llama".into())),
+        ("llama.block_count", Value::U32(LAYERS as u32)),
+        ("llama.embedding_length", Value::U32(d as u32)),
+        ("llama.feed_forward_length", Value::U32(ffn as u32)),
+        ("llama.attention.head_count", Value::U32(heads as u32)),
+        ("llama.attention.head_count_kv", Value::U32(kv_heads as u32)),
+        ("llama.context_length", Value::U32(256)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("llama.rope.freq_base", Value::F32(10_000.0)),
+    ];
+    let refs: Vec<(&str, &HostTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_gguf(path, &metadata, &refs).unwrap();
+}
+
+fn runner(backends: Vec<Arc<dyn Backend>>, path: &std::path::Path) -> Runner {
+    let file = GgufFile::open(path).unwrap();
+    let config = LlamaConfig::from_gguf(&file).unwrap();
+    let policy = Policy {
+        min_run: 0,
+        ..Policy::default()
+    };
+    Runner::new(
+        LlamaStep::new(config, Arc::new(GgufWeights(file)), 1),
+        BackendSet::new(backends).unwrap(),
+        64,
+    )
+    .with_policy(policy)
+    .with_kv_dtype(KvDType::F16)
+    .with_calibration_file(None)
+    .with_coexec(CoexecMode::Off)
+}
+
+/// max |a - b| over max |b|.
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    diff / want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6)
+}
+
+/// Runs a prompt and decode steps on `gpu` (and the same on the CPU alone), checks the
+/// logits against the CPU's, and returns the counters of the decode steps after the
+/// first, divided by their number.
+fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> DeviceCounters {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    write_model(&path, shape, dtype);
+    let cpu = || Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+    let mut on_gpu = runner(vec![cpu(), gpu.clone()], &path);
+    let mut on_cpu = runner(vec![cpu()], &path);
+    let (mut seq, mut cpu_seq) = (
+        on_gpu.new_sequence().unwrap(),
+        on_cpu.new_sequence().unwrap(),
+    );
+    let prompt = [3u32, 17, 250, 9, 41];
+    let decode = [5u32, 200, 77, 12, 301];
+    let mut logits = vec![on_gpu.forward(&mut seq, &prompt).unwrap()];
+    let mut want = vec![on_cpu.forward(&mut cpu_seq, &prompt).unwrap()];
+    let mut before = DeviceCounters::default();
+    for (i, &t) in decode.iter().enumerate() {
+        if i == 1 {
+            before = gpu.counters().expect("the GPU counts");
+        }
+        logits.push(on_gpu.forward(&mut seq, &[t]).unwrap());
+        want.push(on_cpu.forward(&mut cpu_seq, &[t]).unwrap());
+    }
+    let after = gpu.counters().expect("the GPU counts");
+    let (_, decode_plan) = on_gpu.placement();
+    assert_eq!(
+        decode_plan.keys().collect::<Vec<_>>(),
+        ["gpu"],
+        "every decode node on the GPU"
+    );
+    for (step, (got, want)) in logits.iter().zip(&want).enumerate() {
+        let err = relative_error(got, want);
+        assert!(
+            err <= 2e-2,
+            "{dtype}, step {step}: GPU vs CPU relative error {err}"
+        );
+    }
+    let steps = (decode.len() - 1) as u64;
+    let total = after.since(&before);
+    assert_eq!(total.runs, steps, "one GPU partition run per decode step");
+    total
+}
+
+fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType) {
+    let c = decode_counters(gpu, shape, dtype);
+    let steps = c.runs;
+    let per_step = c.total_dispatches() / steps;
+    eprintln!(
+        "{name} {dtype}: {per_step} dispatches a step ({:?}), {} µs recording and {} µs submitting a step",
+        c.dispatches,
+        c.record_nanos / steps / 1000,
+        c.submit_nanos / steps / 1000
+    );
+    assert!(
+        per_step <= 10 * LAYERS as u64 + OUTSIDE_LAYERS,
+        "{name} {dtype}: {per_step} dispatches a decode step for {LAYERS} layers: {:?}",
+        c.dispatches
+    );
+    assert_eq!(c.passes, steps, "{name} {dtype}: one compute pass a step");
+    assert_eq!(c.submits, steps, "{name} {dtype}: one submit a step");
+    assert_eq!(
+        c.waits, steps,
+        "{name} {dtype}: one wait a step (the logits)"
+    );
+    assert_eq!(
+        c.buffers_created, 0,
+        "{name} {dtype}: buffers made per step"
+    );
+    assert_eq!(
+        c.bind_groups_created, 0,
+        "{name} {dtype}: bind groups made per step"
+    );
+    assert_eq!(
+        c.bytes_read,
+        steps * VOCAB as u64 * 4,
+        "{name} {dtype}: only the logits come back"
+    );
+}
+
+#[test]
+fn a_decode_step_of_the_default_models_shape_is_a_few_fused_dispatches_and_creates_nothing() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let gpu: Arc<dyn Backend> = Arc::new(gpu);
+    check(&gpu, "135M", SMOLLM2_135M, DType::Q4_0);
+    check(&gpu, "135M", SMOLLM2_135M, DType::F16);
+}
+
+#[test]
+fn a_decode_step_of_the_1b_shape_is_a_few_fused_dispatches_and_creates_nothing() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let gpu: Arc<dyn Backend> = Arc::new(gpu);
+    check(&gpu, "1B", LLAMA_1B, DType::Q4_1);
+}
