@@ -1,6 +1,6 @@
 //! The GPU's capability, built from what the adapter reports: the ops it has kernels
-//! for, f32 activations with block-format, f16 and i32 operands read in place, size
-//! limits from the adapter's buffer limits, and cost hints by device type.
+//! for, f32 activations with block-format, f16, bf16 and i32 operands read in place,
+//! size limits from the adapter's buffer limits, and cost hints by device type.
 
 use super::device::Gpu;
 use super::GPU_SPACE;
@@ -23,6 +23,23 @@ pub(super) const OPS: [OpKind; 12] = [
     OpKind::Reshape,
 ];
 
+/// Operands read in place: i32 ids and positions, and every weight format with a
+/// reader in `kernels::format` (a format without one must stay refused, so the planner
+/// keeps its products on the CPU).
+pub(super) const OPERAND_DTYPES: [DType; 11] = [
+    DType::I32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
 /// What the opened adapter can run.
 pub(super) fn detect(gpu: &Gpu) -> Capability {
     let info = &gpu.info;
@@ -40,13 +57,7 @@ pub(super) fn detect(gpu: &Gpu) -> Capability {
     Capability {
         ops: OpSet::of(&OPS),
         dtypes: DTypeSet::of(&[DType::F32]),
-        operand_dtypes: DTypeSet::of(&[
-            DType::I32,
-            DType::F16,
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q8_0,
-        ]),
+        operand_dtypes: DTypeSet::of(&OPERAND_DTYPES),
         max_dims: MAX_RANK as u8,
         alignment: 1,
         max_elements: usize::try_from(limit / 4).unwrap_or(usize::MAX),
@@ -75,6 +86,16 @@ mod tests {
     use super::*;
     use crate::backend::{MemorySpace, Refusal};
     use crate::graph::{GraphBuilder, RopeMode};
+
+    /// The GPU reads a weight format in place exactly when it has a reader for it.
+    #[test]
+    fn operand_formats_are_those_with_readers() {
+        for dtype in DType::ALL {
+            let operand = OPERAND_DTYPES.contains(&dtype) && dtype != DType::I32;
+            let read = dtype != DType::F32 && super::super::kernels::format(dtype).is_some();
+            assert_eq!(operand, read, "{dtype}");
+        }
+    }
 
     /// Band-scaled RoPE (Llama 3.1), affine and soft-cap have no WGSL kernel: the GPU's
     /// capability refuses them by kind, so the planner leaves them on the CPU, while

@@ -75,14 +75,59 @@ pub(super) const ROPE_KV: &str = concat!(
 /// Attention over the cached keys and values, with an online softmax.
 pub(super) const ATTEND: &str = include_str!("shaders/attend.wgsl");
 
-/// The WGSL element type of a weight buffer and the snippet that reads it.
+/// The top-level names a weight format's snippet may declare: products.rs renames them
+/// per weight of a dispatch.
+pub(super) const FORMAT_NAMES: [&str; 8] = [
+    "w",
+    "weight_at",
+    "block_load",
+    "block_dot",
+    "BLOCK_WORDS",
+    "fifth_bits",
+    "scale_byte",
+    "scale_min",
+];
+
+/// Reads a block format's snippet followed by the shared pieces it uses.
+macro_rules! block_format {
+    ($file:literal $(, $extra:literal)*) => {
+        concat!(
+            include_str!($file),
+            $("\n", include_str!($extra),)*
+            "\n",
+            include_str!("shaders/block_dot.wgsl")
+        )
+    };
+}
+
+/// The WGSL element type of a weight buffer and the snippet that reads it: `weight_at`
+/// for every format, and for block formats `block_load` and `block_dot`.
 pub(super) fn format(dtype: DType) -> Option<(&'static str, &'static str)> {
     Some(match dtype {
         DType::F32 => ("f32", include_str!("shaders/format_f32.wgsl")),
         DType::F16 => ("u32", include_str!("shaders/format_f16.wgsl")),
-        DType::Q4_0 => ("u32", include_str!("shaders/format_q4_0.wgsl")),
-        DType::Q4_1 => ("u32", include_str!("shaders/format_q4_1.wgsl")),
-        DType::Q8_0 => ("u32", include_str!("shaders/format_q8_0.wgsl")),
+        DType::BF16 => ("u32", include_str!("shaders/format_bf16.wgsl")),
+        DType::Q4_0 => ("u32", block_format!("shaders/format_q4_0.wgsl")),
+        DType::Q4_1 => ("u32", block_format!("shaders/format_q4_1.wgsl")),
+        DType::Q8_0 => ("u32", block_format!("shaders/format_q8_0.wgsl")),
+        DType::Q5_0 => (
+            "u32",
+            block_format!("shaders/format_q5_0.wgsl", "shaders/fifth_bits.wgsl"),
+        ),
+        DType::Q5_1 => (
+            "u32",
+            block_format!("shaders/format_q5_1.wgsl", "shaders/fifth_bits.wgsl"),
+        ),
+        DType::Q4K => (
+            "u32",
+            block_format!("shaders/format_q4_k.wgsl", "shaders/k_scales.wgsl"),
+        ),
+        DType::Q5K => (
+            "u32",
+            block_format!("shaders/format_q5_k.wgsl", "shaders/k_scales.wgsl"),
+        ),
+        // Q6_K brings its own block_dot (two scales a block).
+        DType::Q6K => ("u32", include_str!("shaders/format_q6_k.wgsl")),
         _ => return None,
     })
 }

@@ -62,7 +62,8 @@ pub(super) fn source(dtype: DType, residual: &[bool]) -> Option<Source> {
     } else {
         ("f32", kernels::MATMUL_DENSE)
     };
-    let names = ["w", "weight_at", "block_load", "accumulate", "BLOCK_WORDS"];
+    let mut names = kernels::FORMAT_NAMES.to_vec();
+    names.push("accumulate");
     let parts = residual.len();
     let mut wgsl = kernels::PRODUCTS_HEAD.replace("XTYPE", xtype);
     let mut binding = 2;
@@ -166,14 +167,30 @@ mod tests {
         );
     }
 
+    /// Parses and validates `s` as naga (the WGSL front end wgpu compiles with) does.
+    fn valid(s: &Source) {
+        use wgpu::naga::{front::wgsl, valid};
+        let module = wgsl::parse_str(&s.wgsl)
+            .unwrap_or_else(|e| panic!("{}: {}", s.name, e.emit_to_string(&s.wgsl)));
+        valid::Validator::new(valid::ValidationFlags::all(), valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", s.name));
+    }
+
     #[test]
-    fn every_format_generates_a_kernel_for_each_part_count() {
+    fn every_format_generates_a_valid_kernel_for_each_part_count() {
         for dtype in [
             DType::F32,
             DType::F16,
             DType::Q4_0,
             DType::Q4_1,
             DType::Q8_0,
+            DType::BF16,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q4K,
+            DType::Q5K,
+            DType::Q6K,
         ] {
             for parts in 1..=MAX_PARTS {
                 let residual: Vec<bool> = (0..parts).map(|g| g % 2 == 1).collect();
@@ -183,8 +200,10 @@ mod tests {
                     assert!(s.wgsl.contains(&format!("var<storage, read> w{g}:")));
                 }
                 assert_eq!(s.wgsl.contains("r1["), parts > 1, "{}", s.name);
+                valid(&s);
             }
+            valid(&kernels::embedding(dtype).expect("an embedding kernel"));
         }
-        assert!(source(DType::Q6K, &[false]).is_none());
+        assert!(source(DType::Q3K, &[false]).is_none());
     }
 }

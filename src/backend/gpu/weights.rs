@@ -1,7 +1,10 @@
-//! Weights made resident on the GPU. Block formats are repacked once at upload into
-//! whole 32-bit words per block (the scale widened to f32, then the quants), because
-//! WGSL storage buffers are read in 4-byte words and GGUF's Q4_0 and Q8_0 blocks
-//! (18 and 34 bytes) are not word-aligned.
+//! Weights made resident on the GPU. WGSL storage buffers are read in 4-byte words, so
+//! block formats whose GGUF blocks are not word-aligned (Q4_0, Q5_0, Q8_0: 18, 22 and 34
+//! bytes; Q6_K: 210) are repacked once at upload into whole words per block, the f16
+//! scale widened to f32; Q4_1 is widened the same way. Q5_1, Q4_K and Q5_K blocks
+//! (24, 144 and 176 bytes) are word-aligned and stay as in the file, their f16 pairs
+//! read with `unpack2x16float`: a K-quant weight takes within 1% of its file's bytes,
+//! keeping decode, which streams the weights, as bandwidth-bound as the file allows.
 
 use half::f16;
 
@@ -25,10 +28,14 @@ pub(super) fn upload(
 ) -> Result<GpuWeight, BackendError> {
     let raw = weight.data.as_bytes();
     let bytes = match weight.dtype {
-        DType::F32 | DType::F16 | DType::I32 => raw.to_vec(),
+        // Word-aligned as in the file: f16 pairs are read with unpack2x16float.
+        DType::F32 | DType::F16 | DType::BF16 | DType::I32 => raw.to_vec(),
+        DType::Q5_1 | DType::Q4K | DType::Q5K => raw.to_vec(),
         DType::Q4_0 => repack(raw, 18, 1, 16),
         DType::Q4_1 => repack(raw, 20, 2, 16),
         DType::Q8_0 => repack(raw, 34, 1, 32),
+        DType::Q5_0 => repack(raw, 22, 1, 20),
+        DType::Q6K => repack_q6_k(raw),
         other => {
             return Err(BackendError::WeightMismatch {
                 name: name.into(),
@@ -65,6 +72,18 @@ fn repack(raw: &[u8], block: usize, scales: usize, quants: usize) -> Vec<u8> {
     out
 }
 
+/// Rewrites Q6_K super-blocks (`ql[128] qh[64] scales[16] d`, 210 bytes) into 53 words:
+/// the first 208 bytes as they are, then d as an f32.
+fn repack_q6_k(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() / 210 * 212);
+    for b in raw.chunks_exact(210) {
+        out.extend_from_slice(&b[..208]);
+        let d = f16::from_le_bytes([b[208], b[209]]).to_f32();
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,7 +91,13 @@ mod tests {
     #[test]
     fn repacked_blocks_are_whole_words() {
         // Words per block: the BLOCK_WORDS constants of the WGSL format readers.
-        for (words, block, scales, quants) in [(5, 18, 1, 16), (6, 20, 2, 16), (9, 34, 1, 32)] {
+        let formats = [
+            (5, 18, 1, 16),
+            (6, 20, 2, 16),
+            (9, 34, 1, 32),
+            (6, 22, 1, 20),
+        ];
+        for (words, block, scales, quants) in formats {
             let mut raw = vec![0u8; block * 3];
             for (i, b) in raw.chunks_exact_mut(block).enumerate() {
                 b[..2].copy_from_slice(&f16::from_f32(i as f32 + 0.5).to_le_bytes());
@@ -89,5 +114,18 @@ mod tests {
                 assert_eq!(w[scales * 4], 0xAB);
             }
         }
+    }
+
+    #[test]
+    fn q6_k_super_blocks_keep_their_bytes_and_widen_d() {
+        let mut raw: Vec<u8> = (0..420).map(|i| (i % 251) as u8).collect();
+        raw[208..210].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
+        raw[418..420].copy_from_slice(&f16::from_f32(-3.0).to_le_bytes());
+        let out = repack_q6_k(&raw);
+        assert_eq!(out.len(), 2 * 53 * 4);
+        assert_eq!(&out[..208], &raw[..208]);
+        assert_eq!(&out[212..420], &raw[210..418]);
+        assert_eq!(f32::from_le_bytes(out[208..212].try_into().unwrap()), 0.25);
+        assert_eq!(f32::from_le_bytes(out[420..424].try_into().unwrap()), -3.0);
     }
 }
