@@ -36,6 +36,7 @@ pub(super) const QUANTIZE_Q8: &str = concat!(
 /// RMS normalisation straight into quantized activations.
 pub(super) const NORM_Q8: &str = concat!(
     include_str!("shaders/norm_q8.wgsl"),
+    include_str!("shaders/rms_row.wgsl"),
     include_str!("shaders/q8_block.wgsl")
 );
 /// SwiGLU straight into quantized activations.
@@ -54,7 +55,10 @@ const EMBEDDING: &str = include_str!("shaders/embedding.wgsl");
 const UNARY: &str = include_str!("shaders/unary.wgsl");
 const BINARY: &str = include_str!("shaders/binary.wgsl");
 /// RMS normalisation, one workgroup per row.
-pub(super) const RMS_NORM: &str = include_str!("shaders/rms_norm.wgsl");
+pub(super) const RMS_NORM: &str = concat!(
+    include_str!("shaders/rms_norm.wgsl"),
+    include_str!("shaders/rms_row.wgsl")
+);
 /// The graph's softmax over rows.
 pub(super) const SOFTMAX: &str = concat!(
     include_str!("shaders/softmax.wgsl"),

@@ -1,5 +1,5 @@
 // RMS normalisation quantized for the block-format products that alone read it: one
-// workgroup per row computes 1 / sqrt(mean(x²) + eps) as rms_norm.wgsl does, then each
+// workgroup per row computes 1 / sqrt(mean(x²) + eps) (rms_row.wgsl), then each
 // thread scales and quantizes whole blocks of 32 (q8_block.wgsl); the f32 result is
 // never stored.
 struct Params {
@@ -12,25 +12,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> xq: array<vec4<u32>>;
 
-var<workgroup> sums: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let base = wg.x * p.d;
-    var acc = 0.0;
-    for (var i = t; i < p.d; i += 64u) {
-        let v = x[base + i];
-        acc += v * v;
-    }
-    sums[t] = acc;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            sums[t] += sums[t + s];
-        }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(sums[0] / f32(p.d) + p.eps);
+    let inv = row_inv_rms(base, t);
     let blocks = p.d / 32u;
     for (var b = t; b < blocks; b += 64u) {
         var vals: array<f32, 32>;

@@ -1,4 +1,4 @@
-// y = x / sqrt(mean(x²) + eps) * weight over each row; one workgroup per row.
+// y = x / sqrt(mean(x²) + eps) * weight over each row (rms_row.wgsl); one workgroup per row.
 struct Params {
     d: u32,
     eps: f32,
@@ -9,25 +9,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-var<workgroup> sums: array<f32, 64>;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let base = wg.x * p.d;
-    var acc = 0.0;
-    for (var i = t; i < p.d; i += 64u) {
-        let v = x[base + i];
-        acc += v * v;
-    }
-    sums[t] = acc;
-    workgroupBarrier();
-    for (var s = 32u; s > 0u; s >>= 1u) {
-        if (t < s) {
-            sums[t] += sums[t + s];
-        }
-        workgroupBarrier();
-    }
-    let inv = inverseSqrt(sums[0] / f32(p.d) + p.eps);
+    let inv = row_inv_rms(base, t);
     for (var i = t; i < p.d; i += 64u) {
         y[base + i] = x[base + i] * inv * weight[i];
     }
