@@ -32,6 +32,8 @@ pub(super) struct AttentionNode {
     pub k: wgpu::Buffer,
     pub v: wgpu::Buffer,
     pub out: wgpu::Buffer,
+    /// Whether `out` holds quantized activations (blocks of 32) instead of f32 rows.
+    pub quantized_out: bool,
     /// The rope of `q` and `k` run in the KV write: `q` and `k` are then the roped
     /// outputs it writes, computed from these inputs.
     pub rope: Option<RopeFusion>,
@@ -150,9 +152,18 @@ impl AttentionNode {
                 )?
             }
         };
+        let source = if self.quantized_out {
+            Source {
+                kind: "attention",
+                name: "attention_q8".into(),
+                wgsl: kernels::ATTEND_Q8.into(),
+            }
+        } else {
+            Source::fixed("attention", kernels::ATTEND)
+        };
         let attend = dispatch(
             gpu,
-            &Source::fixed("attention", kernels::ATTEND),
+            &source,
             &[
                 heads,
                 kv_heads,

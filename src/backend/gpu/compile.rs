@@ -76,15 +76,26 @@ fn unit_io(
             (reads, parts.iter().map(|p| p.output()).collect())
         }
         Unit::NormQuant(id) | Unit::SwiGluQuant(id) => (inputs(*id), Vec::new()),
-        Unit::Attention { node, rope: None } => (inputs(*node), vec![*node]),
         Unit::Attention {
             node,
-            rope: Some([q, k]),
+            rope,
+            quantize,
         } => {
-            let mut reads = inputs(*q);
-            reads.extend(inputs(*k));
-            reads.extend(graph.node(*node).inputs.get(2).copied());
-            (reads, vec![*q, *k, *node])
+            let (mut reads, mut writes) = match rope {
+                None => (inputs(*node), Vec::new()),
+                Some([q, k]) => {
+                    let mut reads = inputs(*q);
+                    reads.extend(inputs(*k));
+                    reads.extend(graph.node(*node).inputs.get(2).copied());
+                    (reads, vec![*q, *k])
+                }
+            };
+            reads.sort();
+            reads.dedup();
+            if !quantize {
+                writes.push(*node);
+            }
+            (reads, writes)
         }
     }
 }
@@ -185,6 +196,11 @@ impl GpuPartition {
             .iter()
             .filter_map(|u| match u {
                 Unit::NormQuant(id) | Unit::SwiGluQuant(id) => Some(*id),
+                Unit::Attention {
+                    node,
+                    quantize: true,
+                    ..
+                } => Some(*node),
                 _ => None,
             })
             .collect();
@@ -253,8 +269,12 @@ impl GpuPartition {
         for unit in &units {
             match unit {
                 Unit::View { .. } => {}
-                Unit::Attention { node, rope } => {
-                    attention.push(recorder.attention(*node, *rope)?);
+                Unit::Attention {
+                    node,
+                    rope,
+                    quantize,
+                } => {
+                    attention.push(recorder.attention(*node, *rope, *quantize)?);
                     work.push(Work::Attention(attention.len() - 1));
                 }
                 _ => work.push(Work::Fixed(recorder.record(unit)?)),
@@ -477,11 +497,13 @@ impl Recorder<'_> {
         })
     }
 
-    /// Attention `id`, with the `rope` nodes fused into its KV write.
+    /// Attention `id`, with the `rope` nodes fused into its KV write, writing quantized
+    /// activations when `quantize`.
     fn attention(
         &mut self,
         id: ValueId,
         rope: Option<[ValueId; 2]>,
+        quantize: bool,
     ) -> Result<AttentionNode, BackendError> {
         let node = self.graph.node(id);
         let Op::Attention {
@@ -540,7 +562,13 @@ impl Recorder<'_> {
             q,
             k,
             v,
-            out: self.operand(id)?.buffer,
+            out: if quantize {
+                self.holds = Some(id);
+                self.quants.clone()
+            } else {
+                self.operand(id)?.buffer
+            },
+            quantized_out: quantize,
             rope,
         })
     }

@@ -63,6 +63,9 @@ pub(super) enum Unit {
         node: ValueId,
         /// The query and key rope nodes fused into it.
         rope: Option<[ValueId; 2]>,
+        /// Whether it writes the quantized activations of the next unit's block-format
+        /// products, its only readers, instead of its f32 output.
+        quantize: bool,
     },
 }
 
@@ -158,7 +161,11 @@ pub(super) fn plan(spec: &PartitionSpec<'_>, limits: Limits) -> Vec<Unit> {
                 if let Some(ropes) = rope {
                     absorbed.extend(ropes);
                 }
-                Unit::Attention { node: id, rope }
+                Unit::Attention {
+                    node: id,
+                    rope,
+                    quantize: false,
+                }
             }
             _ => Unit::Node(id),
         };
@@ -243,8 +250,8 @@ fn fused_rope(
     Some([q, k])
 }
 
-/// Turns a norm or SwiGLU unit into its quantizing form when its only readers are the
-/// block-format products of the unit right after it.
+/// Turns a norm, SwiGLU or attention unit into its quantizing form when its only
+/// readers are the block-format products of the unit right after it.
 fn quantize_in_producers(
     graph: &Graph,
     units: &mut [(usize, Unit)],
@@ -252,11 +259,15 @@ fn quantize_in_producers(
     is_output: &dyn Fn(ValueId) -> bool,
 ) {
     for i in 0..units.len().saturating_sub(1) {
-        let Unit::Node(id) = units[i].1 else { continue };
+        let id = match units[i].1 {
+            Unit::Node(id) | Unit::Attention { node: id, .. } => id,
+            _ => continue,
+        };
         let node = graph.node(id);
         let fits = match node.op {
             Op::RmsNorm { .. } => true,
             Op::SwiGlu => graph.node(node.inputs[0]).shape == graph.node(node.inputs[1]).shape,
+            Op::Attention { head_dim, .. } => head_dim.is_multiple_of(32),
             _ => false,
         };
         if !fits || is_output(id) || !node.shape.last().is_multiple_of(32) {
@@ -270,10 +281,16 @@ fn quantize_in_producers(
             && mine.iter().all(|r| parts.iter().any(|p| p.matmul == *r))
             && parts.iter().all(|p| quantized_weight(graph, p.matmul));
         if *x == id && all_parts {
-            units[i].1 = match node.op {
-                Op::RmsNorm { .. } => Unit::NormQuant(id),
+            let quantizing = match (&node.op, &units[i].1) {
+                (Op::RmsNorm { .. }, _) => Unit::NormQuant(id),
+                (_, Unit::Attention { rope, .. }) => Unit::Attention {
+                    node: id,
+                    rope: *rope,
+                    quantize: true,
+                },
                 _ => Unit::SwiGluQuant(id),
             };
+            units[i].1 = quantizing;
         }
     }
 }

@@ -77,7 +77,16 @@ pub(super) const ROPE_KV: &str = concat!(
     include_str!("shaders/kv_round.wgsl")
 );
 /// Attention over the cached keys and values, with an online softmax.
-pub(super) const ATTEND: &str = include_str!("shaders/attend.wgsl");
+pub(super) const ATTEND: &str = concat!(
+    include_str!("shaders/attend.wgsl"),
+    include_str!("shaders/attend_out.wgsl")
+);
+/// Attention whose output is quantized for the product that alone reads it.
+pub(super) const ATTEND_Q8: &str = concat!(
+    include_str!("shaders/attend.wgsl"),
+    include_str!("shaders/attend_q8.wgsl"),
+    include_str!("shaders/q8_block.wgsl")
+);
 
 /// The top-level names a weight format's snippet may declare: products.rs renames them
 /// per weight of a dispatch.

@@ -6,7 +6,8 @@
 // stored. Scores are scale · q·k, soft-capped to c · tanh(s / c) when c > 0; with a
 // sliding window w > 0, positions j <= position - w get -3e38 (probability zero).
 // Grouped-query heads share a kv head. Each thread accumulates head dimensions
-// t, t + 64, t + 128 and t + 192 (head_dim <= 256).
+// t, t + 64, t + 128 and t + 192 (head_dim <= 256); `store_out` (attend_out.wgsl or
+// attend_q8.wgsl) writes the head's values times `inv`.
 struct Params {
     heads: u32,
     kv_heads: u32,
@@ -22,7 +23,6 @@ struct Params {
 @group(0) @binding(3) var<storage, read> q: array<f32>;
 @group(0) @binding(4) var<storage, read> keys: array<f32>;
 @group(0) @binding(5) var<storage, read> values: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<f32>;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> probs: array<f32, 64>;
@@ -111,11 +111,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         workgroupBarrier();
     }
-    let inv = select(0.0, 1.0 / l, l > 0.0);
-    for (var u = 0u; u < 4u; u++) {
-        let d = t + u * 64u;
-        if (d < p.head_dim) {
-            out[(tok * p.heads + h) * p.head_dim + d] = acc[u] * inv;
-        }
-    }
+    store_out(tok, h, t, acc, select(0.0, 1.0 / l, l > 0.0));
 }
