@@ -15,25 +15,21 @@
 #![cfg(feature = "gpu")]
 
 mod gpu_data;
+mod gpu_single_op;
 mod gpu_support;
 
 use gpu_data::{quantized, Lcg};
+use gpu_single_op::{both, cpu, matmul_graph, relative_error, Weights};
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use half::bf16;
-use switchyard::backend::{
-    cpu::CpuBackend, Backend, BackendError, BackendId, BackendSet, HostTensor, KvDType,
-    SharedBytes, StepState, Tensor,
-};
-use switchyard::cache::{WeightSource, WeightStore};
-use switchyard::exec::Executor;
-use switchyard::graph::{DType, Graph, GraphBuilder, OpKind};
+use switchyard::backend::{Backend, BackendSet, HostTensor, KvDType, SharedBytes, Tensor};
+use switchyard::graph::{DType, Graph, GraphBuilder};
 use switchyard::model::gguf::{write_gguf, GgufFile, Value};
 use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::{GgufWeights, LlamaStep};
-use switchyard::plan::{partition, Placement, Policy};
+use switchyard::plan::Policy;
 use switchyard::step::{CoexecMode, Runner};
 
 /// GPU vs CPU on K-quant products: the GPU quantizes activations per 32 (the reference
@@ -47,92 +43,6 @@ const BF16_VS_CPU: f32 = 1e-2;
 /// GPU (measured on lavapipe: 4.4e-2 vs 1.9e-2 at the Q4_K_M-like prefill, 2.5e-2
 /// between them).
 const MODEL_VS_CPU: f32 = 4e-2;
-
-#[derive(Default)]
-struct Weights(HashMap<String, HostTensor>);
-
-impl Weights {
-    fn put(&mut self, name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) {
-        let t =
-            HostTensor::new(dtype, shape.to_vec().into(), SharedBytes::from_vec(bytes)).unwrap();
-        self.0.insert(name.into(), t);
-    }
-}
-
-impl WeightSource for Weights {
-    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
-        self.0
-            .get(name)
-            .cloned()
-            .ok_or_else(|| BackendError::MissingWeight(name.into()))
-    }
-}
-
-fn cpu() -> Arc<dyn Backend> {
-    Arc::new(CpuBackend::new(Some(2)).unwrap())
-}
-
-/// Compiles `graph` on `backends`, checking that every compute node runs on `expect`.
-fn executor(
-    graph: Graph,
-    backends: &BackendSet,
-    weights: &WeightStore,
-    expect: BackendId,
-) -> Executor {
-    let policy = Policy {
-        min_run: 0,
-        ..Policy::default()
-    };
-    let plan = partition(&graph, &backends.capabilities(), &policy).unwrap();
-    for (i, p) in plan.placement.iter().enumerate() {
-        let node = &plan.graph.nodes()[i];
-        if !node.op.kind().is_source() && node.op.kind() != OpKind::Transfer {
-            assert_eq!(*p, Placement::On(expect), "{:?} placed on {p:?}", node.op);
-        }
-    }
-    Executor::compile(plan, backends, weights).unwrap()
-}
-
-fn relative_error(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let max_ref = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let max_diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    max_diff / max_ref.max(1e-30)
-}
-
-/// Runs a one-output graph on the CPU and on the GPU: (GPU, CPU) outputs.
-fn both(
-    gpu: &Arc<dyn Backend>,
-    build: impl Fn() -> Graph,
-    weights: Weights,
-    inputs: &[(&str, Tensor)],
-) -> (Vec<f32>, Vec<f32>) {
-    let store = WeightStore::new(Arc::new(weights));
-    let cpu_set = BackendSet::new(vec![cpu()]).unwrap();
-    let gpu_set = BackendSet::new(vec![cpu(), gpu.clone()]).unwrap();
-    let on_cpu = executor(build(), &cpu_set, &store, BackendId::CPU);
-    let on_gpu = executor(build(), &gpu_set, &store, BackendId::GPU);
-    let mut state = StepState::stateless();
-    let want = on_cpu.run(inputs, &mut state).unwrap()[0]
-        .to_f32_vec()
-        .unwrap();
-    let got = on_gpu.run(inputs, &mut state).unwrap()[0]
-        .to_f32_vec()
-        .unwrap();
-    (got, want)
-}
-
-fn matmul_graph(dtype: DType, m: usize, k: usize, n: usize) -> Graph {
-    let mut g = GraphBuilder::new();
-    let ix = g.input("x", DType::F32, [m, k]).unwrap();
-    let iw = g.weight("w", dtype, [n, k]).unwrap();
-    let out = g.matmul(ix, iw).unwrap();
-    g.finish(vec![out]).unwrap()
-}
 
 fn embedding_graph(dtype: DType, rows: usize, d: usize, ids: usize) -> Graph {
     let mut g = GraphBuilder::new();

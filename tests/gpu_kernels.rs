@@ -10,115 +10,38 @@
 #![cfg(feature = "gpu")]
 
 mod gpu_data;
+mod gpu_single_op;
 mod gpu_support;
 
 use gpu_data::{quantized, Lcg};
+use gpu_single_op::{both, cpu, executor, matmul_graph, relative_error, Weights};
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use half::f16;
 use switchyard::backend::{
-    cpu::CpuBackend, Backend, BackendError, BackendId, BackendSet, HostTensor, KvCache, KvDType,
-    KvLayout, SharedBytes, StepState, Tensor,
+    Backend, BackendId, BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor,
 };
-use switchyard::cache::{WeightSource, WeightStore};
+use switchyard::cache::WeightStore;
 use switchyard::coexec::{split_graph, SplitRule};
 use switchyard::exec::Executor;
 use switchyard::graph::{
     AttentionParams, AttentionVariant, DType, Graph, GraphBuilder, OpKind, RopeMode, ValueId,
 };
-use switchyard::plan::{partition, partition_pinned, Placement, Policy};
-
-#[derive(Default)]
-struct Weights(HashMap<String, HostTensor>);
-
-impl Weights {
-    fn put(&mut self, name: &str, dtype: DType, shape: &[usize], bytes: Vec<u8>) {
-        let t =
-            HostTensor::new(dtype, shape.to_vec().into(), SharedBytes::from_vec(bytes)).unwrap();
-        self.0.insert(name.into(), t);
-    }
-    fn f32(&mut self, name: &str, shape: &[usize], values: &[f32]) {
-        self.put(
-            name,
-            DType::F32,
-            shape,
-            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        );
-    }
-}
-
-impl WeightSource for Weights {
-    fn host_tensor(&self, name: &str) -> Result<HostTensor, BackendError> {
-        self.0
-            .get(name)
-            .cloned()
-            .ok_or_else(|| BackendError::MissingWeight(name.into()))
-    }
-}
+use switchyard::plan::{partition_pinned, Placement, Policy};
 
 fn set(backends: Vec<Arc<dyn Backend>>) -> BackendSet {
     BackendSet::new(backends).unwrap()
 }
 
-fn cpu() -> Arc<dyn Backend> {
-    Arc::new(CpuBackend::new(Some(2)).unwrap())
-}
-
-/// Compiles `graph` on `backends`, checking that every compute node runs on `expect`.
-fn executor(
-    graph: Graph,
-    backends: &BackendSet,
-    weights: &WeightStore,
-    expect: BackendId,
-) -> Executor {
-    // No smoothing: these graphs are single nodes, which it would send back to the CPU.
-    let policy = Policy {
-        min_run: 0,
-        ..Policy::default()
-    };
-    let plan = partition(&graph, &backends.capabilities(), &policy).unwrap();
-    for (i, p) in plan.placement.iter().enumerate() {
-        let node = &plan.graph.nodes()[i];
-        if !node.op.kind().is_source() && node.op.kind() != OpKind::Transfer {
-            assert_eq!(*p, Placement::On(expect), "{:?} placed on {p:?}", node.op);
-        }
-    }
-    Executor::compile(plan, backends, weights).unwrap()
-}
-
-fn relative_error(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    let max_ref = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let max_diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite GPU output");
-    max_diff / max_ref.max(1e-30)
-}
-
-/// Runs a one-output graph on the CPU and on the GPU and returns both outputs.
-fn both(
-    gpu: &Arc<dyn Backend>,
-    build: impl Fn() -> Graph,
-    weights: Weights,
-    inputs: &[(&str, Tensor)],
-) -> (Vec<f32>, Vec<f32>) {
-    let store = WeightStore::new(Arc::new(weights));
-    let cpu_set = set(vec![cpu()]);
-    let gpu_set = set(vec![cpu(), gpu.clone()]);
-    let on_cpu = executor(build(), &cpu_set, &store, BackendId::CPU);
-    let on_gpu = executor(build(), &gpu_set, &store, BackendId::GPU);
-    let mut state = StepState::stateless();
-    let want = on_cpu.run(inputs, &mut state).unwrap()[0]
-        .to_f32_vec()
-        .unwrap();
-    let got = on_gpu.run(inputs, &mut state).unwrap()[0]
-        .to_f32_vec()
-        .unwrap();
-    (got, want)
+/// Adds an f32 weight.
+fn put_f32(weights: &mut Weights, name: &str, shape: &[usize], values: &[f32]) {
+    weights.put(
+        name,
+        DType::F32,
+        shape,
+        values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    );
 }
 
 fn open() -> Option<Arc<dyn Backend>> {
@@ -129,15 +52,6 @@ fn one(build: impl FnOnce(&mut GraphBuilder) -> ValueId) -> Graph {
     let mut b = GraphBuilder::new();
     let out = build(&mut b);
     b.finish(vec![out]).unwrap()
-}
-
-/// `x [m, k] · wᵀ` with the weight `w` of `dtype` and shape `[n, k]`.
-fn matmul_graph(dtype: DType, m: usize, k: usize, n: usize) -> Graph {
-    one(|g| {
-        let ix = g.input("x", DType::F32, [m, k]).unwrap();
-        let iw = g.weight("w", dtype, [n, k]).unwrap();
-        g.matmul(ix, iw).unwrap()
-    })
 }
 
 #[test]
@@ -204,7 +118,7 @@ fn elementwise_norm_softmax_and_rope_match_the_cpu() {
         assert!(err <= 1e-4, "{name}: relative error {err}");
     }
     let mut weights = Weights::default();
-    weights.f32("norm", &[d], &rng.vec(d, 2.0));
+    put_f32(&mut weights, "norm", &[d], &rng.vec(d, 2.0));
     let inputs = [("a", Tensor::from_f32([rows, d], &a).unwrap())];
     let build = || {
         one(|g| {
@@ -254,7 +168,7 @@ fn dense_matmul_and_embedding_match_the_cpu() {
         for dtype in [DType::F32, DType::F16] {
             let mut weights = Weights::default();
             match dtype {
-                DType::F32 => weights.f32("w", &[n, k], &w),
+                DType::F32 => put_f32(&mut weights, "w", &[n, k], &w),
                 _ => weights.put(
                     "w",
                     DType::F16,
@@ -279,7 +193,7 @@ fn dense_matmul_and_embedding_match_the_cpu() {
     let table = rng.vec(vocab * d, 2.0);
     let ids = [3, 0, 22, 3, 11];
     let mut weights = Weights::default();
-    weights.f32("table", &[vocab, d], &table);
+    put_f32(&mut weights, "table", &[vocab, d], &table);
     let inputs = [("ids", Tensor::from_i32([5], &ids).unwrap())];
     let build = || {
         one(|g| {
@@ -838,7 +752,7 @@ fn a_row_split_linear_across_cpu_and_gpu_matches_the_whole_linear() {
         let x = rng.vec(m * k, 2.0);
         let mut weights = Weights::default();
         match dtype {
-            DType::F32 => weights.f32("w", &[n, k], &rng.vec(n * k, 1.0)),
+            DType::F32 => put_f32(&mut weights, "w", &[n, k], &rng.vec(n * k, 1.0)),
             _ => weights.put("w", dtype, &[n, k], quantized(&mut rng, dtype, n, k).0),
         }
         let store = WeightStore::new(Arc::new(weights));
