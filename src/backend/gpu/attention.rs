@@ -321,22 +321,15 @@ impl AttentionSet {
         }
     }
 
-    /// Dispatches each node issues per step, by kind.
-    pub fn kinds(&self) -> Vec<(&'static str, u64)> {
-        let mut kinds: Vec<(&'static str, u64)> = Vec::new();
-        for node in &self.nodes {
+    /// The kind of every dispatch the nodes issue per step.
+    pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.nodes.iter().flat_map(|node| {
             let write = if node.rope.is_some() {
                 "rope_kv"
             } else {
                 "kv_write"
             };
-            for kind in [write, "attention"] {
-                match kinds.iter_mut().find(|(k, _)| *k == kind) {
-                    Some((_, n)) => *n += 1,
-                    None => kinds.push((kind, 1)),
-                }
-            }
-        }
-        kinds
+            [write, "attention"]
+        })
     }
 }

@@ -38,6 +38,7 @@ enum Work {
 /// to, so reading it back takes no second submit.
 struct Output {
     operand: Operand,
+    bytes: usize,
     staging: wgpu::Buffer,
 }
 
@@ -244,7 +245,7 @@ impl GpuPartition {
         let quants_size = units
             .iter()
             .filter_map(|u| match u {
-                Unit::Products { x, parts } if quantized(graph, parts[0].matmul) => {
+                Unit::Products { x, parts } if fuse::quantized_weight(graph, parts[0].matmul) => {
                     Some(record::quants_bytes(&graph.node(*x).shape))
                 }
                 _ => None,
@@ -286,11 +287,10 @@ impl GpuPartition {
             Work::Attention(_) => &[],
         });
         let attention = AttentionSet::new(attention);
-        let counted = fixed.map(|d| (d.kind, 1)).chain(attention.kinds());
-        for (kind, n) in counted {
+        for kind in fixed.map(|d| d.kind).chain(attention.kinds()) {
             match kinds.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, total)) => *total += n,
-                None => kinds.push((kind, n)),
+                Some((_, total)) => *total += 1,
+                None => kinds.push((kind, 1)),
             }
         }
         let mut outputs = Vec::with_capacity(spec.outputs.len());
@@ -300,6 +300,7 @@ impl GpuPartition {
             bytes += size;
             outputs.push(Output {
                 staging: gpu.readback("output", size),
+                bytes: size,
                 operand,
             });
         }
@@ -334,14 +335,6 @@ impl GpuPartition {
         }
         Ok(())
     }
-}
-
-/// Whether a matmul's weight goes through 8-bit activations.
-fn quantized(graph: &Graph, matmul: ValueId) -> bool {
-    graph
-        .node(graph.node(matmul).inputs[1])
-        .dtype
-        .is_quantized()
 }
 
 /// A unit whose node is not of the op its kind fuses: a bug in `fuse.rs`.
@@ -628,7 +621,7 @@ impl CompiledPartition for GpuPartition {
         }
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for out in &self.outputs {
-            let bytes = plain_bytes(out.operand.dtype, &out.operand.shape)?;
+            let bytes = out.bytes;
             encoder.copy_buffer_to_buffer(&out.operand.buffer, 0, &out.staging, 0, padded(bytes));
             outputs.push(Tensor {
                 dtype: out.operand.dtype,
@@ -650,7 +643,7 @@ impl CompiledPartition for GpuPartition {
         gpu.take_uncaptured()?;
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         gpu.tally
-            .run(1, &self.kinds, nanos(recorded), nanos(submitted));
+            .run(&self.kinds, nanos(recorded), nanos(submitted));
         Ok(outputs)
     }
 

@@ -72,17 +72,11 @@ struct PerRun {
 }
 
 impl Tally {
-    /// Counts one partition run: its passes, its dispatches by kind, and the host time
-    /// it took to record and to submit.
-    pub fn run(
-        &self,
-        passes: u64,
-        dispatches: &[(&'static str, u64)],
-        record_nanos: u64,
-        submit_nanos: u64,
-    ) {
+    /// Counts one partition run: its one compute pass, its dispatches by kind, and the
+    /// host time it took to record and to submit.
+    pub fn run(&self, dispatches: &[(&'static str, u64)], record_nanos: u64, submit_nanos: u64) {
         self.runs.fetch_add(1, Ordering::Relaxed);
-        self.passes.fetch_add(passes, Ordering::Relaxed);
+        self.passes.fetch_add(1, Ordering::Relaxed);
         self.record_nanos.fetch_add(record_nanos, Ordering::Relaxed);
         self.submit_nanos.fetch_add(submit_nanos, Ordering::Relaxed);
         let mut per_run = self.per_run.lock().unwrap_or_else(PoisonError::into_inner);

@@ -52,10 +52,10 @@ pub(super) enum Unit {
         /// The products, in node order.
         parts: Vec<Part>,
     },
-    /// An RMS norm whose only readers are the next unit's block-format products: it
-    /// writes their quantized activations, not its own f32 result.
+    /// An RMS norm whose only readers are the block-format products of the next units:
+    /// it writes their quantized activations, not its own f32 result.
     NormQuant(ValueId),
-    /// A SwiGLU whose only readers are the next unit's block-format products.
+    /// A SwiGLU whose only readers are the block-format products of the next units.
     SwiGluQuant(ValueId),
     /// Attention; with `rope = [q, k]`, those rope nodes run in its KV-write dispatch.
     Attention {
@@ -63,14 +63,14 @@ pub(super) enum Unit {
         node: ValueId,
         /// The query and key rope nodes fused into it.
         rope: Option<[ValueId; 2]>,
-        /// Whether it writes the quantized activations of the next unit's block-format
+        /// Whether it writes the quantized activations of the next units' block-format
         /// products, its only readers, instead of its f32 output.
         quantize: bool,
     },
 }
 
 /// Whether a weight of this node's dtype goes through 8-bit activations.
-fn quantized_weight(graph: &Graph, matmul: ValueId) -> bool {
+pub(super) fn quantized_weight(graph: &Graph, matmul: ValueId) -> bool {
     graph
         .node(matmul)
         .inputs
@@ -251,7 +251,7 @@ fn fused_rope(
 }
 
 /// Turns a norm, SwiGLU or attention unit into its quantizing form when its only
-/// readers are the block-format products of the unit right after it.
+/// readers are the block-format products of the units right after it.
 fn quantize_in_producers(
     graph: &Graph,
     units: &mut [(usize, Unit)],
@@ -273,14 +273,21 @@ fn quantize_in_producers(
         if !fits || is_output(id) || !node.shape.last().is_multiple_of(32) {
             continue;
         }
-        let Unit::Products { x, parts } = &units[i + 1].1 else {
-            continue;
-        };
+        // The product units right after it that read it: they take the quantized
+        // activations one after another (q and k in one format, v in another).
+        let parts: Vec<&Part> = units[i + 1..]
+            .iter()
+            .map_while(|(_, u)| match u {
+                Unit::Products { x, parts } if *x == id => Some(parts),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         let mine = readers.get(&id).map_or(&[][..], Vec::as_slice);
         let all_parts = !mine.is_empty()
             && mine.iter().all(|r| parts.iter().any(|p| p.matmul == *r))
             && parts.iter().all(|p| quantized_weight(graph, p.matmul));
-        if *x == id && all_parts {
+        if all_parts {
             let quantizing = match (&node.op, &units[i].1) {
                 (Op::RmsNorm { .. }, _) => Unit::NormQuant(id),
                 (_, Unit::Attention { rope, .. }) => Unit::Attention {
