@@ -10,7 +10,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use switchyard::model::sampler::{argmax, History, Sampler, SamplerConfig};
+use switchyard::backend::cpu::argmax;
+use switchyard::model::sampler::{History, Sampler, SamplerConfig};
 
 /// Deterministic logits in about [-10, 10), a handful of them equal maxima.
 fn logits(vocab: usize) -> Vec<f32> {

@@ -150,7 +150,7 @@ fn step_once(model: Model) {
     let Ok(logits) = runner.forward(&mut seq, &prompt) else {
         return;
     };
-    let next = crate::model::sampler::argmax(&logits).map_or(0, |i| i as u32);
+    let next = crate::backend::cpu::argmax(&logits).map_or(0, |i| i as u32);
     let _ = runner.forward(&mut seq, &[next]);
 }
 

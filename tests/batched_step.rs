@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use switchyard::backend::cpu::greedy;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::model::{fetch, Model};
-use switchyard::step::{Runner, Sequence, Work, PREFILL_CHUNK};
+use switchyard::step::{Returned, Returns, Runner, Sequence, Work, PREFILL_CHUNK};
 
 const STEPS: usize = 20;
 
@@ -137,7 +138,11 @@ fn sixteen_sequences_together_get_the_logits_they_get_alone() {
             .map(|((s, tokens), &logits)| Work {
                 seq: &mut s.seq,
                 tokens,
-                logits,
+                returns: if logits {
+                    Returns::Logits
+                } else {
+                    Returns::Nothing
+                },
             })
             .collect();
         sizes.push(work.len());
@@ -149,7 +154,10 @@ fn sixteen_sequences_together_get_the_logits_they_get_alone() {
         for ((s, tokens), want) in picked.iter_mut().zip(&next).zip(wants) {
             if want {
                 s.prefilled = s.prompt.len();
-                s.logits.push(rows.next().unwrap().to_vec());
+                let Some(Returned::Logits(row)) = rows.next() else {
+                    panic!("a logits row for each sequence that asked");
+                };
+                s.logits.push(row.to_vec());
             } else {
                 s.prefilled += tokens.len();
             }
@@ -187,12 +195,12 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
         Work {
             seq: &mut a,
             tokens: &long,
-            logits: true,
+            returns: Returns::Logits,
         },
         Work {
             seq: &mut b,
             tokens: &long,
-            logits: true,
+            returns: Returns::Logits,
         },
     ];
     let err = runner.forward_batch(&mut work).unwrap_err().to_string();
@@ -202,12 +210,12 @@ fn a_batch_refuses_too_many_tokens_and_full_contexts() {
         Work {
             seq: &mut a,
             tokens: &[1],
-            logits: true,
+            returns: Returns::Logits,
         },
         Work {
             seq: &mut b,
             tokens: &over[..1025],
-            logits: true,
+            returns: Returns::Logits,
         },
     ];
     assert!(runner.forward_batch(&mut work).is_err());
@@ -250,4 +258,85 @@ fn every_logit_of_a_text_is_the_logit_of_decoding_it_token_by_token() {
         // Bit for bit: the same kernels take a row whatever else the step holds.
         assert!(worst == 0.0, "row {i}: logits differ by {worst}");
     }
+}
+
+/// A step whose sequences ask only for their greedy tokens returns each one's token,
+/// the greedy pick of the logits the same step returns when they ask for logits; alone
+/// and in a batch, and after a step that mixed the two (which returns logits to all).
+#[test]
+fn greedy_steps_return_the_greedy_pick_of_the_logits() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut runner = runner(&model);
+    let prompts = prompts(&model);
+    let prompts = &prompts[..3];
+    let mut logits_seqs: Vec<Sequence> = prompts
+        .iter()
+        .map(|_| runner.new_sequence().unwrap())
+        .collect();
+    let mut token_seqs: Vec<Sequence> = prompts
+        .iter()
+        .map(|_| runner.new_sequence().unwrap())
+        .collect();
+    let mut next: Vec<Vec<u32>> = prompts.to_vec();
+    for step in 0..4 {
+        let mixed = step == 2;
+        let mut work: Vec<Work<'_>> = logits_seqs
+            .iter_mut()
+            .zip(&next)
+            .map(|(seq, tokens)| Work {
+                seq,
+                tokens,
+                returns: Returns::Logits,
+            })
+            .collect();
+        let logits = runner.forward_batch(&mut work).unwrap();
+        drop(work);
+        let mut work: Vec<Work<'_>> = token_seqs
+            .iter_mut()
+            .zip(&next)
+            .enumerate()
+            .map(|(i, (seq, tokens))| Work {
+                seq,
+                tokens,
+                returns: if mixed && i == 1 {
+                    Returns::Logits
+                } else {
+                    Returns::Token
+                },
+            })
+            .collect();
+        let tokens = runner.forward_batch(&mut work).unwrap();
+        drop(work);
+        assert_eq!(tokens.len(), prompts.len());
+        for (i, (l, t)) in logits.iter().zip(tokens.iter()).enumerate() {
+            let Returned::Logits(l) = l else {
+                panic!("logits asked, a token returned")
+            };
+            let expected = greedy(l).map(|t| t as u32);
+            let got = match t {
+                Returned::Token(t) => {
+                    assert!(
+                        !mixed,
+                        "a step where one sequence asks for logits returns logits"
+                    );
+                    t
+                }
+                Returned::Logits(row) => {
+                    assert!(mixed, "step {step}: logits where only tokens were asked");
+                    greedy(row).map(|t| t as u32)
+                }
+            };
+            assert_eq!(got, expected, "step {step}, sequence {i}");
+            next[i] = vec![expected.unwrap()];
+        }
+    }
+    // One sequence alone takes the single-sequence path.
+    let (mut a, mut b) = (
+        runner.new_sequence().unwrap(),
+        runner.new_sequence().unwrap(),
+    );
+    let alone = runner.forward_greedy(&mut a, &prompts[0]).unwrap();
+    let logits = runner.forward(&mut b, &prompts[0]).unwrap();
+    assert_eq!(alone, greedy(&logits).map(|t| t as u32));
 }

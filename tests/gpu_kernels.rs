@@ -802,3 +802,48 @@ fn a_row_split_linear_across_cpu_and_gpu_matches_the_whole_linear() {
         );
     }
 }
+
+/// The GPU's argmax picks what the CPU's greedy rule picks: ties to the lowest index,
+/// NaN never, +inf level with the largest finite value, -1 for a row of -inf and NaN;
+/// over widths below, at and far above its workgroup's 256 threads.
+#[test]
+fn argmax_matches_the_cpu_greedy_rule() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(11);
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    for width in [1, 5, 256, 257, 49152] {
+        let rows = 6;
+        let mut x = rng.vec(rows * width, 8.0);
+        let row = |r: usize| r * width..(r + 1) * width;
+        // Row 1: a tie at the maximum, the later one first in thread order.
+        let top = x[row(1)].iter().fold(f32::MIN, |m, &v| m.max(v)) + 1.0;
+        let (a, b) = (width / 3, width - 1);
+        x[row(1).start + b] = top;
+        x[row(1).start + a] = top;
+        // Row 2: NaN everywhere but one -inf and one finite value.
+        x[row(2)].fill(nan);
+        x[row(2).start + width / 2] = -3.0;
+        // Row 3: nothing to pick.
+        x[row(3)].fill(f32::NEG_INFINITY);
+        x[row(3).start] = -nan;
+        // Row 4: +inf against f32::MAX, which it ties.
+        x[row(4).start + width - 1] = inf;
+        x[row(4).start + width / 2] = f32::MAX;
+        // Row 5: only zeros of both signs.
+        x[row(5)].fill(-0.0);
+        x[row(5).start + width - 1] = 0.0;
+        let inputs = [("x", Tensor::from_f32([rows, width], &x).unwrap())];
+        let build = || {
+            one(|g| {
+                let ix = g.input("x", DType::F32, [rows, width]).unwrap();
+                g.argmax(ix).unwrap()
+            })
+        };
+        let (got, want) = both(&gpu, build, Weights::default(), &inputs);
+        assert_eq!(got, want, "width {width}");
+        if width > 1 {
+            assert_eq!(want[1], a as f32, "width {width}: the tie goes low");
+            assert_eq!(want[3], -1.0, "width {width}: no pick");
+        }
+    }
+}

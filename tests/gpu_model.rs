@@ -21,7 +21,7 @@ use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::LlamaStep;
 use switchyard::model::{GgufWeights, ModelWeights};
 use switchyard::plan::Policy;
-use switchyard::step::{CoexecMode, Runner, Sequence, Work};
+use switchyard::step::{CoexecMode, Returns, Runner, Sequence, Work};
 
 const VOCAB: usize = 96;
 const D: usize = 64;
@@ -324,7 +324,7 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     // One batched step of `work`, whose first sequence is number `first`.
     let mut step = |work: &mut [Work], first: usize| {
         for (s, logits) in runner.forward_batch(work).unwrap().iter().enumerate() {
-            together[s + first].push(logits.to_vec());
+            together[s + first].push(logits.logits().unwrap().to_vec());
         }
     };
     let (first, rest) = seqs.split_at_mut(2);
@@ -334,7 +334,7 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
         .map(|(seq, p)| Work {
             seq,
             tokens: p,
-            logits: true,
+            returns: Returns::Logits,
         })
         .collect();
     step(&mut work, 0);
@@ -345,12 +345,12 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
         .map(|(seq, t)| Work {
             seq,
             tokens: t,
-            logits: true,
+            returns: Returns::Logits,
         })
         .chain(rest.iter_mut().zip(&prompts[2..]).map(|(seq, p)| Work {
             seq,
             tokens: p,
-            logits: true,
+            returns: Returns::Logits,
         }))
         .collect();
     step(&mut work, 0);
@@ -367,7 +367,7 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
             .map(|(seq, t)| Work {
                 seq,
                 tokens: t,
-                logits: true,
+                returns: Returns::Logits,
             })
             .collect();
         step(&mut work, first);
@@ -457,13 +457,17 @@ fn a_batched_step_without_logits_fills_the_gpu_caches_as_one_with_them() {
             .map(|(seq, tokens)| Work {
                 seq,
                 tokens,
-                logits,
+                returns: if logits {
+                    Returns::Logits
+                } else {
+                    Returns::Nothing
+                },
             })
             .collect();
         let out = runner.forward_batch(&mut work).unwrap();
         assert_eq!(out.len(), if logits { 2 } else { 0 });
         for (s, row) in out.iter().enumerate() {
-            together[s].push(row.to_vec());
+            together[s].push(row.logits().unwrap().to_vec());
         }
     };
     step(

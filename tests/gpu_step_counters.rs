@@ -6,7 +6,9 @@
 //! rows' gathers, the final norm and the head come on top), one compute pass, one
 //! submit, one wait, no buffer or bind group created after the first decode step, and
 //! the logits the only bytes read back. The fused step also gives the
-//! unfused CPU's logits (within the block formats' quantization noise).
+//! unfused CPU's logits (within the block formats' quantization noise). A greedy step
+//! (only the token asked for) adds one argmax dispatch and reads back 4 bytes a
+//! sequence, alone and batched, and its token is the greedy pick of the logits.
 #![cfg(feature = "gpu")]
 
 mod gpu_data;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 
 use gpu_data::{quantized, Lcg};
 use half::f16;
+use switchyard::backend::cpu::greedy;
 use switchyard::backend::{
     cpu::CpuBackend, Backend, BackendSet, DeviceCounters, HostTensor, KvDType, SharedBytes,
 };
@@ -24,7 +27,7 @@ use switchyard::model::gguf::{write_gguf, GgufFile, Value};
 use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::{GgufWeights, LlamaStep};
 use switchyard::plan::Policy;
-use switchyard::step::{CoexecMode, Runner};
+use switchyard::step::{CoexecMode, Returned, Returns, Runner, Work};
 
 const VOCAB: usize = 320;
 const LAYERS: usize = 2;
@@ -33,6 +36,8 @@ const LAYERS: usize = 2;
 /// of the gathered attention output for the output product, the final norm and the
 /// head.
 const OUTSIDE_LAYERS: u64 = 6;
+/// Most bytes a greedy step may read back per sequence (the issue's bound; 4 are read).
+const GREEDY_BYTES: u64 = 16;
 
 /// A layer shape: width, heads, KV heads, FFN width.
 #[derive(Clone, Copy)]
@@ -163,10 +168,19 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
     diff / want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6)
 }
 
+/// The counters of decode steps: returning logits, returning one sequence's greedy
+/// token, and returning three sequences' greedy tokens in one step.
+struct Counted {
+    logits: DeviceCounters,
+    greedy: DeviceCounters,
+    batch: DeviceCounters,
+}
+
 /// Runs a prompt and decode steps on `gpu` (and the same on the CPU alone), checks the
 /// logits against the CPU's, and returns the counters of the decode steps after the
-/// first, divided by their number.
-fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> DeviceCounters {
+/// first; then the same steps asking only for greedy tokens, one sequence and three,
+/// whose tokens must be the greedy picks of the logits.
+fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counted {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.gguf");
     write_model(&path, shape, dtype);
@@ -206,13 +220,77 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Device
     let steps = (decode.len() - 1) as u64;
     let total = after.since(&before);
     assert_eq!(total.runs, steps, "one GPU partition run per decode step");
-    total
+
+    // The same tokens again, asking only for each step's greedy token.
+    let mut greedy_seq = on_gpu.new_sequence().unwrap();
+    let first = on_gpu.forward_greedy(&mut greedy_seq, &prompt).unwrap();
+    assert_eq!(
+        first,
+        pick(&logits[0]),
+        "{dtype}: the prompt's greedy token"
+    );
+    let mut before = DeviceCounters::default();
+    for (i, &t) in decode.iter().enumerate() {
+        if i == 1 {
+            before = gpu.counters().expect("the GPU counts");
+        }
+        let token = on_gpu.forward_greedy(&mut greedy_seq, &[t]).unwrap();
+        assert_eq!(
+            token,
+            pick(&logits[i + 1]),
+            "{dtype}, step {i}: greedy token"
+        );
+    }
+    let greedy_counted = gpu.counters().unwrap().since(&before);
+
+    // Three sequences stepped together, each asking for its token.
+    let mut seqs: Vec<_> = (0..3).map(|_| on_gpu.new_sequence().unwrap()).collect();
+    for seq in &mut seqs {
+        on_gpu.forward_greedy(seq, &prompt).unwrap();
+    }
+    let mut before = DeviceCounters::default();
+    for (i, &t) in decode.iter().enumerate() {
+        if i == 1 {
+            before = gpu.counters().expect("the GPU counts");
+        }
+        let tokens = [t];
+        let mut work: Vec<Work> = seqs
+            .iter_mut()
+            .map(|seq| Work {
+                seq,
+                tokens: &tokens,
+                returns: Returns::Token,
+            })
+            .collect();
+        let out = on_gpu.forward_batch(&mut work).unwrap();
+        let got: Vec<Returned> = out.iter().collect();
+        assert_eq!(got.len(), 3);
+        for returned in got {
+            assert_eq!(
+                returned,
+                Returned::Token(pick(&logits[i + 1])),
+                "{dtype}, step {i}"
+            );
+        }
+    }
+    let batch = gpu.counters().unwrap().since(&before);
+    Counted {
+        logits: total,
+        greedy: greedy_counted,
+        batch,
+    }
+}
+
+/// Greedy decoding's token from `logits`.
+fn pick(logits: &[f32]) -> Option<u32> {
+    greedy(logits).map(|t| t as u32)
 }
 
 /// Checks a decode step of `shape` in `dtype`, whose layers take at most `per_layer`
 /// dispatches each.
 fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_layer: u64) {
-    let c = decode_counters(gpu, shape, dtype);
+    let counted = decode_counters(gpu, shape, dtype);
+    let c = counted.logits;
     let steps = c.runs;
     let per_step = c.total_dispatches() / steps;
     eprintln!(
@@ -245,6 +323,35 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
         steps * VOCAB as u64 * 4,
         "{name} {dtype}: only the logits come back"
     );
+    for (what, g, sequences) in [("one", counted.greedy, 1), ("three", counted.batch, 3)] {
+        assert_eq!(g.runs, steps, "{name} {dtype}: a run per greedy step");
+        let dispatches = g.total_dispatches() / steps;
+        eprintln!(
+            "{name} {dtype}: a greedy step of {what} sequence(s) is {dispatches} dispatches, \
+             {} bytes read back",
+            g.bytes_read / steps
+        );
+        assert!(
+            dispatches <= per_layer * LAYERS as u64 + OUTSIDE_LAYERS + 1,
+            "{name} {dtype}: {dispatches} dispatches a greedy step: {:?}",
+            g.dispatches
+        );
+        assert!(
+            g.bytes_read <= steps * GREEDY_BYTES * sequences,
+            "{name} {dtype}: {} bytes read back a greedy step of {what} sequence(s)",
+            g.bytes_read / steps
+        );
+        assert_eq!(
+            (g.passes, g.submits, g.waits),
+            (steps, steps, steps),
+            "{name} {dtype}: one pass, submit and wait a greedy step"
+        );
+        assert_eq!(
+            (g.buffers_created, g.bind_groups_created),
+            (0, 0),
+            "{name} {dtype}: nothing made per greedy step"
+        );
+    }
 }
 
 #[test]

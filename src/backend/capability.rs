@@ -191,6 +191,7 @@ impl Capability {
                 (OpKind::MatMul, 2)
                     | (OpKind::Embedding, 1 | 2)
                     | (OpKind::Rope | OpKind::RopeFreqs, 2)
+                    | (OpKind::Argmax, 0)
             );
             let accepted = self.dtypes.contains(operand.dtype)
                 || (special && self.operand_dtypes.contains(operand.dtype));

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::stats::Summary;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::ModelError;
-use crate::step::{Runner, Work};
+use crate::step::{Returned, Returns, Runner, Work};
 
 /// Prompt length before the decode steps of a `tg` test.
 pub const TG_PROMPT_TOKENS: usize = 128;
@@ -164,13 +164,14 @@ fn time_prompt(runner: &mut Runner, prompt: &[u32]) -> Result<f64, ModelError> {
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Seconds for `steps` greedy decode steps after prefilling `prompt` (not timed).
+/// Seconds for `steps` greedy decode steps after prefilling `prompt` (not timed), each
+/// returning only its token, as greedy generation runs (decision 147).
 fn time_generation(runner: &mut Runner, prompt: &[u32], steps: usize) -> Result<f64, ModelError> {
     let mut seq = runner.new_sequence()?;
-    let mut token = argmax(&runner.forward(&mut seq, prompt)?)?;
+    let mut token = picked(runner.forward_greedy(&mut seq, prompt)?)?;
     let start = Instant::now();
     for _ in 0..steps {
-        token = argmax(&runner.forward(&mut seq, &[token])?)?;
+        token = picked(runner.forward_greedy(&mut seq, &[token])?)?;
     }
     Ok(start.elapsed().as_secs_f64())
 }
@@ -187,7 +188,7 @@ fn time_batch(
     let mut next = Vec::with_capacity(sequences);
     for _ in 0..sequences {
         let mut seq = runner.new_sequence()?;
-        next.push([argmax(&runner.forward(&mut seq, prompt)?)?]);
+        next.push([picked(runner.forward_greedy(&mut seq, prompt)?)?]);
         seqs.push(seq);
     }
     let start = Instant::now();
@@ -198,21 +199,29 @@ fn time_batch(
             .map(|(seq, tokens)| Work {
                 seq,
                 tokens,
-                logits: true,
+                returns: Returns::Token,
             })
             .collect();
-        let logits = runner.forward_batch(&mut work)?;
-        for (n, l) in next.iter_mut().zip(logits.iter()) {
-            n[0] = argmax(l)?;
+        let output = runner.forward_batch(&mut work)?;
+        for (n, returned) in next.iter_mut().zip(output.iter()) {
+            n[0] = match returned {
+                Returned::Token(token) => picked(token)?,
+                Returned::Logits(logits) => argmax(logits)?,
+            };
         }
     }
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// A greedy step's token, or an error when every logit was -inf or NaN.
+fn picked(token: Option<u32>) -> Result<u32, ModelError> {
+    token.ok_or_else(|| ModelError::internal("the model returned no finite logit"))
+}
+
 /// Index of the largest logit, ties to the lowest id (greedy decoding without a
-/// sampler, [`crate::model::sampler::argmax`]), or an error for no logits.
+/// sampler, [`crate::backend::cpu::argmax`]), or an error for no logits.
 pub fn argmax(logits: &[f32]) -> Result<u32, ModelError> {
-    crate::model::sampler::argmax(logits)
+    crate::backend::cpu::argmax(logits)
         .map(|i| i as u32)
         .ok_or_else(|| ModelError::internal("the model returned no logits"))
 }

@@ -312,6 +312,7 @@ mod tests {
             phase: Phase::Decode,
             bucket,
             sequences: 1,
+            greedy: false,
             backends: fingerprint(b"cpu"),
             arm: StepArm::Baseline,
         }

@@ -47,6 +47,9 @@ pub struct StepKey {
     /// Sequences whose logits the step returns (its batch bucket); 1 for one sequence,
     /// 0 for a prompt chunk before the last (its graph has no output head).
     pub sequences: u32,
+    /// Whether the step returns each of those sequences' greedy token (an argmax after
+    /// the head, on the device that computed the logits) instead of its logits.
+    pub greedy: bool,
     /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
     pub backends: u64,
     /// The plan the executor runs.
@@ -75,6 +78,7 @@ mod tests {
             phase: Phase::Decode,
             bucket: 1,
             sequences: 1,
+            greedy: false,
             backends: fingerprint(b"cpu"),
             arm: StepArm::Baseline,
         };
@@ -83,5 +87,10 @@ mod tests {
             ..decode
         };
         assert_ne!(decode, prefill);
+        let greedy = StepKey {
+            greedy: true,
+            ..decode
+        };
+        assert_ne!(decode, greedy);
     }
 }

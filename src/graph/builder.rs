@@ -54,6 +54,13 @@ impl GraphBuilder {
         Ok(&self.node(id)?.shape)
     }
 
+    /// A builder holding `graph`'s nodes, and the graph's outputs: how a caller appends
+    /// nodes after a traced graph (the step layer's argmax after the head).
+    pub fn extend(graph: Graph) -> (GraphBuilder, Vec<ValueId>) {
+        let (nodes, outputs) = graph.into_parts();
+        (GraphBuilder { nodes }, outputs)
+    }
+
     /// Finishes the graph with the given outputs.
     pub fn finish(self, outputs: Vec<ValueId>) -> Result<Graph, GraphError> {
         Graph::from_parts(self.nodes, outputs)
@@ -427,6 +434,20 @@ impl GraphBuilder {
             end: end as u32,
         };
         self.push(op, vec![x], Shape::new(dims), n.dtype)
+    }
+
+    /// Each row's greedy pick (see [`Op::Argmax`]): `x [.., V]` → `[..] i32`.
+    pub fn argmax(&mut self, x: ValueId) -> Built {
+        let n = self.float_operand(OpKind::Argmax, 0, x)?.clone();
+        let dims = n.shape.dims();
+        if dims.len() < 2 || n.shape.last() == 0 {
+            return Err(shape_error(
+                OpKind::Argmax,
+                format!("x {} must be [.., V] with V > 0", n.shape),
+            ));
+        }
+        let rows = Shape::new(dims[..dims.len() - 1].to_vec());
+        self.push(Op::Argmax, vec![x], rows, DType::I32)
     }
 
     /// `x` converted to `dtype` (any activation dtype).

@@ -215,7 +215,8 @@ fn write_attributes(op: &Op, w: &mut CanonicalWriter) {
         | Op::Softmax
         | Op::Reshape
         | Op::Cast
-        | Op::Transfer => {}
+        | Op::Transfer
+        | Op::Argmax => {}
     }
 }
 

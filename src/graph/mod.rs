@@ -83,6 +83,11 @@ impl Graph {
         Ok(Graph { nodes, outputs })
     }
 
+    /// The nodes and outputs, for a builder that appends to them.
+    fn into_parts(self) -> (Vec<Node>, Vec<ValueId>) {
+        (self.nodes, self.outputs)
+    }
+
     /// All nodes, in topological order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

@@ -137,6 +137,12 @@ pub enum Op {
     /// Move the input into the node's backend's memory space (converting dtype if the
     /// node's dtype differs). Inserted by the partitioner on cross-backend edges.
     Transfer,
+    /// Greedy decoding's pick per row: `[.., V]` → `[..] i32`, the index of the largest
+    /// value in [`f32::total_cmp`]'s order after NaN becomes -inf and +inf the largest
+    /// finite value, ties to the lowest index; -1 where every value is -inf or NaN.
+    /// Appended after the head when only the token is needed, so the device that
+    /// computed the logits returns 4 bytes a row instead of the vocabulary's scores.
+    Argmax,
 }
 
 /// The kind of an operation without attributes: what capabilities are declared over.
@@ -168,11 +174,12 @@ pub enum OpKind {
     Affine,
     SoftCap,
     GeluErf,
+    Argmax,
 }
 
 impl OpKind {
     /// Every kind, in tag order.
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 25] = [
         OpKind::Input,
         OpKind::Weight,
         OpKind::Embedding,
@@ -197,6 +204,7 @@ impl OpKind {
         OpKind::Affine,
         OpKind::SoftCap,
         OpKind::GeluErf,
+        OpKind::Argmax,
     ];
 
     /// Lower-case name used in plans and error messages.
@@ -226,6 +234,7 @@ impl OpKind {
             OpKind::Affine => "affine",
             OpKind::SoftCap => "softcap",
             OpKind::GeluErf => "gelu_erf",
+            OpKind::Argmax => "argmax",
         }
     }
 
@@ -269,6 +278,7 @@ impl Op {
             Op::Slice { .. } => OpKind::Slice,
             Op::Cast => OpKind::Cast,
             Op::Transfer => OpKind::Transfer,
+            Op::Argmax => OpKind::Argmax,
         }
     }
 

@@ -7,10 +7,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::constraint::{Constraint, Shape};
-use super::sampler::{History, Sampler};
+use super::sampler::{History, Sampler, SamplerError};
 use super::tokenizer::Tokenizer;
 use super::ModelError;
-use crate::step::{Runner, Sequence};
+use crate::step::{Returned, Runner, Sequence};
 
 /// What to generate and when to stop.
 #[derive(Clone, Debug, Default)]
@@ -172,23 +172,54 @@ pub fn generate_after(
         )));
     }
     let mut decoding = Decoding::new(tokenizer, prompt, options.clone(), seq.context())?;
-    let mut logits = runner.forward(seq, &prompt[seq.len()..])?;
+    // Greedy decoding with nothing read from the logits takes only the token from each
+    // step (an argmax where the logits were computed: decision 147).
+    let greedy = decoding.greedy_only(sampler);
+    let mut next = Next::forward(runner, seq, &prompt[seq.len()..], greedy)?;
     let mut on_piece = |text: &str, _: &[TokenLogprobs]| on_text(text);
-    while let Some(token) = decoding.accept(&logits, sampler, &mut on_piece)? {
-        logits = match decoding.constrained() {
-            false => runner.forward(seq, &[token])?,
+    while let Some(token) = decoding.accept(next.returned(), sampler, &mut on_piece)? {
+        next = match decoding.constrained() {
+            false => Next::forward(runner, seq, &[token], greedy)?,
             // The next mask depends only on the tokens taken: it is computed beside the
             // forward pass (decision 157).
             true => std::thread::scope(|scope| {
                 let masking = scope.spawn(|| decoding.prepare());
-                let logits = runner.forward(seq, &[token]);
+                let next = Next::forward(runner, seq, &[token], greedy);
                 // A mask left unprepared (a panic there) is computed again when drawn.
                 let _ = masking.join();
-                logits
+                next
             })?,
         };
     }
     decoding.finish(&mut on_piece)
+}
+
+/// What one step of [`generate_after`] returned.
+enum Next {
+    Logits(Vec<f32>),
+    Token(Option<u32>),
+}
+
+impl Next {
+    /// Evaluates `tokens` after what `seq` holds; only the greedy token when `greedy`.
+    fn forward(
+        runner: &mut Runner,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        greedy: bool,
+    ) -> Result<Next, ModelError> {
+        Ok(match greedy {
+            true => Next::Token(runner.forward_greedy(seq, tokens)?),
+            false => Next::Logits(runner.forward(seq, tokens)?),
+        })
+    }
+
+    fn returned(&self) -> Returned<'_> {
+        match self {
+            Next::Logits(logits) => Returned::Logits(logits),
+            Next::Token(token) => Returned::Token(*token),
+        }
+    }
 }
 
 /// Receives a generation's text as it becomes final, with the log-probabilities of the
@@ -278,13 +309,26 @@ impl<'t> Decoding<'t> {
         self.constraint.is_some()
     }
 
-    /// Takes the logits after the last token fed to the sequence (the prompt's last at
-    /// first): picks a token with `sampler`, streams its text (with its log-probability
-    /// when asked), and returns it when it must be fed for another step, or `None` when
-    /// the generation has ended.
+    /// Whether the next pick needs nothing but greedy decoding's token (a greedy
+    /// `sampler`; no constraint, forced tokens, top logits or log-probabilities), so a
+    /// step may return the token instead of the logits.
+    pub fn greedy_only(&self, sampler: &Sampler) -> bool {
+        let o = &self.options;
+        sampler.is_greedy()
+            && self.constraint.is_none()
+            && o.force_tokens.is_empty()
+            && o.top_logits == 0
+            && o.logprobs.is_none()
+    }
+
+    /// Takes what the step after the last token fed to the sequence (the prompt's last
+    /// at first) returned: its logits, from which `sampler` picks a token, or, when
+    /// [`Decoding::greedy_only`], the greedy token itself. Streams the token's text
+    /// (with its log-probability when asked), and returns it when it must be fed for
+    /// another step, or `None` when the generation has ended.
     pub fn accept(
         &mut self,
-        logits: &[f32],
+        returned: Returned<'_>,
         sampler: &mut Sampler,
         on_piece: &mut OnPiece<'_>,
     ) -> Result<Option<u32>, ModelError> {
@@ -295,6 +339,17 @@ impl<'t> Decoding<'t> {
             self.finish_reason.get_or_insert(FinishReason::Length);
             return Ok(None);
         }
+        let logits = match returned {
+            Returned::Logits(logits) => logits,
+            Returned::Token(token) => {
+                if !self.greedy_only(sampler) {
+                    return Err(ModelError::internal(
+                        "a step returned a token to a decoding that needs its logits",
+                    ));
+                }
+                return self.take(token.ok_or(SamplerError::NoPick)?, &[], None, on_piece);
+            }
+        };
         if self.options.top_logits > 0 {
             self.top_logits
                 .push(best_logits(logits, self.options.top_logits));
@@ -329,6 +384,20 @@ impl<'t> Decoding<'t> {
                 }
             }
         };
+        self.take(token, logits, forced, on_piece)
+    }
+
+    /// Takes `token` (picked from `logits`, or by the device when they are empty, as
+    /// only a greedy decoding without log-probabilities takes it; given when `forced`):
+    /// records and streams it, and says whether to go on.
+    fn take(
+        &mut self,
+        token: u32,
+        logits: &[f32],
+        forced: Option<u32>,
+        on_piece: &mut OnPiece<'_>,
+    ) -> Result<Option<u32>, ModelError> {
+        let step = self.tokens.len();
         self.ttft.get_or_insert_with(|| self.started.elapsed());
         if let Some(k) = self.options.logprobs {
             self.logprobs.push(token_logprobs(logits, token, k));

@@ -14,6 +14,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::backend::cpu::{argmax, greedy, sanitize};
+
 use super::sampler_select::{block_sums, by_logit_desc, exp_nonpositive, locate, nucleus};
 
 /// Errors from configuring a sampler or sampling.
@@ -35,6 +37,9 @@ pub enum SamplerError {
     /// Every logit was NaN or -inf (after the repetition penalty).
     #[error("no token has a finite logit (all {0} are NaN or -inf)")]
     NoCandidates(usize),
+    /// A device's greedy pick found no token with a finite logit.
+    #[error("no token has a finite logit (the device's greedy pick found every one NaN or -inf)")]
+    NoPick,
 }
 
 /// Sampling settings. Each filter has a neutral value that switches it off.
@@ -130,49 +135,6 @@ pub struct Sampler {
     cands: Vec<(u32, f32)>,
 }
 
-/// NaN → -inf (never chosen), +inf → the largest finite value.
-fn sanitize(x: f32) -> f32 {
-    if x.is_nan() {
-        f32::NEG_INFINITY
-    } else {
-        x.min(f32::MAX)
-    }
-}
-
-/// `v`'s place in [`f32::total_cmp`]'s order as an `i32`: the same order, in integers.
-fn total_key(v: f32) -> i32 {
-    let bits = v.to_bits() as i32;
-    bits ^ (((bits >> 31) as u32) >> 1) as i32
-}
-
-/// Values per chunk [`argmax`] scans for the maximum's first position.
-const ARGMAX_CHUNK: usize = 64;
-
-/// Index of the largest of `values` in [`f32::total_cmp`]'s order, ties to the lowest
-/// index (llama.cpp's greedy rule); `None` for no values. An integer maximum and a
-/// chunked search for its first position, both branch-free inner loops the compiler
-/// vectorizes. Greedy sampling takes 15 µs with it and 93 µs with a candidate list
-/// compared in pairs at 49152 logits, 40 µs and 241 µs at 128256 (`cargo bench --bench
-/// sampling`, this project's AVX-512 host): over a millisecond of every 16-stream step,
-/// with the CPU's pool idle.
-pub fn argmax(values: &[f32]) -> Option<usize> {
-    argmax_by_key(values, total_key)
-}
-
-/// Index of the first of `values` with the largest `key`; `None` for no values. The
-/// key is computed inline in both passes, so a transformed maximum (the sanitized one
-/// greedy sampling takes) needs no copy of the values.
-#[inline(always)]
-fn argmax_by_key(values: &[f32], key: impl Fn(f32) -> i32 + Copy) -> Option<usize> {
-    let best = values.iter().map(|&v| key(v)).max()?;
-    let holds = |c: &[f32]| c.iter().fold(false, |f, &v| f | (key(v) == best));
-    let chunk = values.chunks(ARGMAX_CHUNK).position(holds)?;
-    let within = values[chunk * ARGMAX_CHUNK..]
-        .iter()
-        .position(|&v| key(v) == best)?;
-    Some(chunk * ARGMAX_CHUNK + within)
-}
-
 impl Sampler {
     /// A sampler with a freshly seeded RNG; rejects out-of-range settings.
     pub fn new(config: SamplerConfig) -> Result<Self, SamplerError> {
@@ -251,16 +213,15 @@ impl Sampler {
         if logits.is_empty() {
             return Err(SamplerError::EmptyLogits);
         }
-        let c = &self.config;
-        let greedy = c.temperature == 0.0 || c.top_k == 1;
-        if greedy && !self.adjusts() {
+        if self.is_greedy() {
             // The sanitized maximum read in place: no copy of the vocabulary's logits
             // per stream and step (the same id as below).
-            return match argmax_by_key(logits, |v| total_key(sanitize(v))) {
-                Some(id) if sanitize(logits[id]) > f32::NEG_INFINITY => Ok(id as u32),
-                _ => Err(SamplerError::NoCandidates(logits.len())),
-            };
+            return greedy(logits)
+                .map(|id| id as u32)
+                .ok_or(SamplerError::NoCandidates(logits.len()));
         }
+        let c = &self.config;
+        let greedy = c.temperature == 0.0 || c.top_k == 1;
         let adjusted: Vec<f32>;
         let logits = if self.adjusts() {
             let mut copy: Vec<f32> = logits.iter().copied().map(sanitize).collect();
@@ -411,6 +372,14 @@ impl Sampler {
     }
 
     /// Whether any bias or penalty can change a logit.
+    /// Whether every pick is plain greedy decoding (temperature 0 or top-k 1, nothing
+    /// adjusting the logits): [`crate::backend::cpu::greedy`]'s rule, which a device's
+    /// argmax after the head computes the same, so the logits need not come back.
+    pub fn is_greedy(&self) -> bool {
+        let c = &self.config;
+        (c.temperature == 0.0 || c.top_k == 1) && !self.adjusts()
+    }
+
     fn adjusts(&self) -> bool {
         let c = &self.config;
         (c.repetition_penalty != 1.0 && c.repeat_last_n != 0)

@@ -8,7 +8,7 @@ use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 
 use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
-use crate::step::{step_bucket, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
+use crate::step::{step_bucket, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
 
 /// How much the scheduler runs at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,8 +345,14 @@ impl<'t> Scheduler<'t> {
             if slot.next.is_none() {
                 report.prompt_tokens += tokens.len();
             }
-            // A decode, or its prompt's last chunk: the step returns its logits.
+            // A decode, or its prompt's last chunk: the step returns its logits, or only
+            // its token when greedy decoding needs nothing else (decision 147).
             let logits = slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len();
+            let returns = match logits {
+                false => Returns::Nothing,
+                true if slot.decoding.greedy_only(&slot.sampler) => Returns::Token,
+                true => Returns::Logits,
+            };
             stepped.push((i, logits));
             if logits && slot.decoding.constrained() {
                 masks.push(&mut slot.decoding);
@@ -354,7 +360,7 @@ impl<'t> Scheduler<'t> {
             work.push(Work {
                 seq: &mut slot.seq,
                 tokens,
-                logits,
+                returns,
             });
         }
         if work.is_empty() {
@@ -394,7 +400,7 @@ impl<'t> Scheduler<'t> {
                 }
                 self.prefixes.insert_running(&slot.prompt, &mut slot.seq);
             }
-            let Some(logits) = rows.next() else {
+            let Some(returned) = rows.next() else {
                 let missing = ModelError::internal("a batched step returned too few logits");
                 ended.push((i, Some(missing)));
                 continue;
@@ -405,7 +411,7 @@ impl<'t> Scheduler<'t> {
             };
             match slot
                 .decoding
-                .accept(logits, &mut slot.sampler, &mut on_piece)
+                .accept(returned, &mut slot.sampler, &mut on_piece)
             {
                 Ok(Some(token)) => slot.next = Some(token),
                 Ok(None) => ended.push((i, None)),

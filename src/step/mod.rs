@@ -10,6 +10,7 @@ mod error;
 mod failover;
 mod logits;
 mod model;
+mod returns;
 mod runner;
 
 pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
@@ -17,6 +18,7 @@ pub use error::StepError;
 pub use failover::Failover;
 pub use logits::BatchLogits;
 pub use model::{inputs, KvShape, StepModel};
+pub use returns::{Returned, Returns, StepOutput};
 pub use runner::{
     step_bucket, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };

@@ -15,6 +15,7 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
+use super::returns::{picks, with_argmax, Returns, StepOutput};
 use super::{inputs, BatchLogits, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
@@ -29,10 +30,9 @@ pub struct Work<'s> {
     pub seq: &'s mut Sequence,
     /// Its next tokens (one for a decode, a chunk of its prompt for a prefill).
     pub tokens: &'s [u32],
-    /// Whether the step returns the logits of its last token: a decode's and a prompt's
-    /// last chunk's; a chunk with more of its prompt to come only fills the KV cache, and
-    /// the step's head then reads no row for it (decision 118).
-    pub logits: bool,
+    /// What the step returns for it: a decode's and a prompt's last chunk's logits or
+    /// greedy token; nothing for a chunk with more of its prompt to come.
+    pub returns: Returns,
 }
 
 /// Compiles and runs steps of one model on one set of backends, for one sequence or a
@@ -268,26 +268,46 @@ impl Runner {
     /// Evaluates `tokens` after what `seq` holds and returns the logits of the last one.
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, StepError> {
-        self.forward_chunks(seq, tokens, true)
+        match self.forward_chunks(seq, tokens, Returns::Logits)? {
+            Last::Logits(logits) => Ok(logits),
+            _ => Err(StepError::internal("a step returned no logits")),
+        }
     }
 
-    /// [`Runner::forward`], returning the last token's logits only when `logits` (else
-    /// an empty vector: every chunk runs without the output head).
+    /// [`Runner::forward`] returning only greedy decoding's pick from the last token's
+    /// logits, made where they were computed (on a GPU, 4 bytes read back instead of
+    /// the vocabulary's scores); `None` when every logit was -inf or NaN.
+    pub fn forward_greedy(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+    ) -> Result<Option<u32>, StepError> {
+        match self.forward_chunks(seq, tokens, Returns::Token)? {
+            Last::Token(token) => Ok(token),
+            _ => Err(StepError::internal("a greedy step returned no token")),
+        }
+    }
+
+    /// Evaluates `tokens` after what `seq` holds in chunks; the last chunk returns what
+    /// `returns` asks for (the others only fill the KV cache).
     fn forward_chunks(
         &mut self,
         seq: &mut Sequence,
         tokens: &[u32],
-        logits: bool,
-    ) -> Result<Vec<f32>, StepError> {
+        returns: Returns,
+    ) -> Result<Last, StepError> {
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
-        let mut out = Vec::new();
+        let mut out = Last::Nothing;
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
-            // Only the last chunk's logits are returned: the others only fill the KV
-            // cache, on a graph without the output head (read once per prompt, not per
-            // chunk).
-            let want = logits && i + 1 == chunks;
+            // Only the last chunk returns anything: the others only fill the KV cache,
+            // on a graph without the output head (read once per prompt, not per chunk).
+            let want = if i + 1 == chunks {
+                returns
+            } else {
+                Returns::Nothing
+            };
             out = loop {
                 match self.run_chunk(seq, chunk, want) {
                     Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
@@ -298,22 +318,23 @@ impl Runner {
         Ok(out)
     }
 
-    /// Evaluates `chunk` after what `seq` holds; returns the logits of its last token
-    /// when `logits`, else nothing (and runs the graph without the output head).
+    /// Evaluates `chunk` after what `seq` holds; returns what `returns` asks for of its
+    /// last token (for nothing, the graph runs without the output head).
     fn run_chunk(
         &mut self,
         seq: &mut Sequence,
         chunk: &[u32],
-        logits: bool,
-    ) -> Result<Vec<f32>, StepError> {
+        returns: Returns,
+    ) -> Result<Last, StepError> {
         let (phase, bucket) = chunk_bucket(chunk);
         // Chunks with and without logits share their bucket's gate: they differ only by
         // a one-row tail (the last layer's output projection and FFN, the head) that no
         // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
         let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
-        let executor = self.executor(phase, bucket, usize::from(logits), arm)?;
+        let greedy = returns == Returns::Token;
+        let executor = self.executor(phase, bucket, usize::from(returns.head()), greedy, arm)?;
         let last_row = [(chunk.len() - 1) as i32];
-        let rows: &[i32] = if logits { &last_row } else { &[] };
+        let rows: &[i32] = if returns.head() { &last_row } else { &[] };
         let step_inputs = chunk_inputs(chunk, seq.len(), bucket, rows)?;
         let mut state = chunk_state(seq, chunk, bucket)?;
         let started = self.coexec.clock.now();
@@ -323,13 +344,13 @@ impl Runner {
             self.coexec.record(bucket as u32, index, took);
         }
         seq.tokens.extend_from_slice(chunk);
-        if !logits {
-            return Ok(Vec::new());
-        }
-        let out = outputs
-            .first()
-            .ok_or_else(|| StepError::internal("a prompt step returned no logits"))?;
-        Ok(out.to_f32_vec()?)
+        let out = outputs.into_iter().next();
+        Ok(match (returns, out) {
+            (Returns::Nothing, _) => Last::Nothing,
+            (Returns::Logits, Some(out)) => Last::Logits(out.to_f32_vec()?),
+            (Returns::Token, Some(out)) => Last::Token(picks(out, 1)?[0]),
+            (_, None) => return Err(StepError::internal("a prompt step returned no logits")),
+        })
     }
 
     /// Evaluates `tokens` after what `seq` holds and returns the logits of every one of
@@ -362,7 +383,7 @@ impl Runner {
     fn score_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<BatchLogits, StepError> {
         let (phase, bucket) = chunk_bucket(chunk);
         let arm = self.batch_arm();
-        let executor = self.executor(phase, bucket, bucket, arm)?;
+        let executor = self.executor(phase, bucket, bucket, false, arm)?;
         let mut rows: Vec<i32> = (0..chunk.len() as i32).collect();
         rows.resize(bucket, 0);
         let step_inputs = chunk_inputs(chunk, seq.len(), bucket, &rows)?;
@@ -379,8 +400,9 @@ impl Runner {
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
-    /// returns the logits of the last token of each one whose [`Work::logits`] asks for
-    /// them, in order (the others only fill their KV caches). The weights are read once
+    /// returns, for each one whose [`Work::returns`] asks for anything, in order, the
+    /// logits of its last token, or, when every such one asks only for its greedy token,
+    /// those tokens (the others only fill their KV caches). The weights are read once
     /// for the whole batch. A sequence gets bit-for-bit the logits it gets alone (the
     /// 32-weight block formats at any batch size; K-quant weights up to 16 rows, F16 and
     /// BF16 up to four, past which their kernels' summation order depends on the rows).
@@ -388,14 +410,15 @@ impl Runner {
     /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
     /// arms). Several run on the plan one sequence decodes on; their tokens together
     /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
-    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<BatchLogits, StepError> {
+    pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<StepOutput, StepError> {
         if let [one] = work {
-            let logits = self.forward_chunks(one.seq, one.tokens, one.logits)?;
-            return Ok(if one.logits {
-                BatchLogits::one(logits)
-            } else {
-                BatchLogits::none()
-            });
+            return Ok(
+                match self.forward_chunks(one.seq, one.tokens, one.returns)? {
+                    Last::Nothing => StepOutput::none(),
+                    Last::Logits(logits) => StepOutput::Logits(BatchLogits::one(logits)),
+                    Last::Token(token) => StepOutput::Tokens(vec![token]),
+                },
+            );
         }
         if work.is_empty() {
             return Err(StepError::internal("no sequences to evaluate"));
@@ -418,10 +441,12 @@ impl Runner {
         };
         // Logits rows for the sequences that want them; none at all runs the step on
         // the graph that ends at the last layer's attention (decision 115).
-        let wanted = work.iter().filter(|w| w.logits).count();
+        let wanted = work.iter().filter(|w| w.returns.head()).count();
+        // Tokens come back only when no sequence needs its logits.
+        let greedy = wanted > 0 && !work.iter().any(|w| w.returns == Returns::Logits);
         let (bucket, sequences) = (step_bucket(total), step_bucket(wanted));
         let arm = self.batch_arm();
-        let executor = match self.executor(phase, bucket, sequences, arm) {
+        let executor = match self.executor(phase, bucket, sequences, greedy, arm) {
             Err(e) if self.fail_over(&e, phase) => {
                 return self.forward_batch(work);
             }
@@ -434,7 +459,7 @@ impl Runner {
             ids.extend(w.tokens.iter().map(|&t| t as i32));
             let start = w.seq.len();
             positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
-            if w.logits {
+            if w.returns.head() {
                 last_rows.push((ids.len() - 1) as i32);
             }
         }
@@ -472,13 +497,20 @@ impl Runner {
             outputs => outputs?,
         };
         let logits = match wanted {
-            0 => BatchLogits::none(),
+            0 => StepOutput::none(),
             _ => {
                 let output = outputs
                     .into_iter()
                     .next()
                     .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
-                BatchLogits::from_output(output, self.model.vocab_size(), wanted)?
+                match greedy {
+                    true => StepOutput::from_picks(output, wanted)?,
+                    false => StepOutput::Logits(BatchLogits::from_output(
+                        output,
+                        self.model.vocab_size(),
+                        wanted,
+                    )?),
+                }
             }
         };
         for w in work.iter_mut() {
@@ -516,13 +548,14 @@ impl Runner {
         Ok(())
     }
 
-    /// The executor of one step of `bucket` token rows and `sequences` logits rows run
-    /// as `arm`, compiled on a miss.
+    /// The executor of one step of `bucket` token rows and `sequences` logits rows
+    /// (their greedy tokens when `greedy`) run as `arm`, compiled on a miss.
     fn executor(
         &mut self,
         phase: Phase,
         bucket: usize,
         sequences: usize,
+        greedy: bool,
         arm: Arm,
     ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
@@ -530,6 +563,7 @@ impl Runner {
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
+            greedy,
             backends: self.backends_fingerprint,
             arm: match arm {
                 Arm::Baseline => StepArm::Baseline,
@@ -548,7 +582,11 @@ impl Runner {
         let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let graph = eliminate_dead_code(&model.trace(bucket, sequences)?);
+            let mut graph = model.trace(bucket, sequences)?;
+            if greedy {
+                graph = with_argmax(graph)?;
+            }
+            let graph = eliminate_dead_code(&graph);
             coexec::plan_arm(&graph, arm, backends, policy, coexec)
         })?;
         let after = self.cache.stats();
@@ -565,6 +603,13 @@ impl Runner {
         }
         Ok(executor)
     }
+}
+
+/// What one sequence's last chunk returned.
+enum Last {
+    Nothing,
+    Logits(Vec<f32>),
+    Token(Option<u32>),
 }
 
 /// A chunk's phase and the rows its step pads to: one token decodes; more prefill in a

@@ -1,7 +1,9 @@
 //! Runs one node: picks its operands apart, calls the kernel, converts the result to
 //! the node's dtype.
 
+use super::kernels::argmax::argmax_rows;
 use super::kernels::attention::{attention, AttentionParams};
+use super::kernels::check_len;
 use super::kernels::elementwise::{binary, swiglu, unary, Binary, Unary};
 use super::kernels::embedding::embedding;
 use super::kernels::layout::{concat, slice, transpose};
@@ -89,6 +91,17 @@ pub(super) fn run_node(
         Op::LayerNorm { eps } => {
             let (x, w, b) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?, arg(2)?.to_f32()?);
             with_f32_out(dtype, out, |o| layer_norm(&x, &w, &b, *eps, o))
+        }
+        Op::Argmax => {
+            let x = arg(0)?;
+            let values = x.to_f32()?;
+            let mut picks = vec![0i32; node.shape.numel()];
+            argmax_rows(&values, x.shape.last(), &mut picks)?;
+            check_len("argmax output", out.len(), picks.len() * 4)?;
+            for (o, p) in out.chunks_exact_mut(4).zip(&picks) {
+                o.copy_from_slice(&p.to_le_bytes());
+            }
+            Ok(())
         }
         Op::Softmax => {
             let x = arg(0)?;

@@ -19,6 +19,8 @@ mod view;
 #[cfg(test)]
 mod partition_tests;
 
+pub use kernels::argmax::{argmax, greedy, sanitize};
+
 use std::sync::Arc;
 
 use super::{

@@ -8,7 +8,7 @@ use crate::backend::{Capability, CostHints, DTypeSet, OpSet};
 use crate::graph::{DType, OpKind, MAX_RANK};
 
 /// Ops with WGSL kernels.
-pub(super) const OPS: [OpKind; 12] = [
+pub(super) const OPS: [OpKind; 13] = [
     OpKind::Embedding,
     OpKind::MatMul,
     OpKind::Add,
@@ -21,6 +21,7 @@ pub(super) const OPS: [OpKind; 12] = [
     OpKind::Rope,
     OpKind::Attention,
     OpKind::Reshape,
+    OpKind::Argmax,
 ];
 
 /// Operands read in place: i32 ids and positions, and every weight format with a

@@ -64,6 +64,8 @@ pub(super) const SOFTMAX: &str = concat!(
     include_str!("shaders/softmax.wgsl"),
     include_str!("shaders/softmax_row.wgsl")
 );
+/// Greedy decoding's pick per row of logits.
+pub(super) const ARGMAX: &str = include_str!("shaders/argmax.wgsl");
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// Writes a step's keys and values into a layer of the paged pool.

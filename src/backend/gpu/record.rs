@@ -232,6 +232,24 @@ pub(super) fn record_node(
                 &[&x.buffer, &positions.buffer, out],
             )?]
         }
+        Op::Argmax => {
+            let x = arg(0)?;
+            let width = x.shape.last();
+            if width == 0 || x.dtype != DType::F32 {
+                return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
+            }
+            let rows = word("rows", x.shape.numel() / width)?;
+            let (gx, gy) = fold(gpu, rows);
+            let source = Source::fixed("argmax", kernels::ARGMAX);
+            let params = [word("width", width)?, rows, gx];
+            vec![dispatch(
+                gpu,
+                &source,
+                &params,
+                &[&x.buffer, out],
+                [gx, gy, 1],
+            )?]
+        }
         other => {
             return Err(unsupported(format!(
                 "the GPU backend does not record {}",

@@ -137,6 +137,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
             phase,
             bucket: n as u32,
             sequences: 1,
+            greedy: false,
             backends: backends.fingerprint(),
             arm: StepArm::Baseline,
         };

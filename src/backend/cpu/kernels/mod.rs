@@ -1,6 +1,7 @@
 //! f32 kernels, one file per family. Each takes plain slices and returns a
 //! `BackendError` on malformed sizes rather than panicking.
 
+pub(super) mod argmax;
 pub(super) mod attention;
 pub(super) mod elementwise;
 pub(super) mod embedding;
