@@ -13,6 +13,7 @@ use super::device::Gpu;
 use super::kernels::{self, Source};
 use super::kv::{GpuKv, KvPool, KvPools, BLOCK};
 use super::record::{dispatch, fold, word, Dispatch};
+use super::upload::Upload;
 use super::GPU_SPACE;
 use crate::backend::{BackendError, KvDType, KvLayout, StepState};
 
@@ -203,13 +204,14 @@ impl AttentionSet {
     }
 
     /// Gets every segment's GPU cache ready for this step (blocks for its new
-    /// positions; its host rows uploaded where the host held the newest), writes the row
-    /// and block tables, and binds the dispatches to the pool.
+    /// positions; its host rows uploaded where the host held the newest), queues the row
+    /// and block tables on `upload`, and binds the dispatches to the pool.
     pub fn prepare(
         &mut self,
         gpu: &Arc<Gpu>,
         pools: &KvPools,
         state: &mut StepState<'_>,
+        upload: &mut Upload,
     ) -> Result<(), BackendError> {
         let Some(n) = self.nodes.iter().map(|a| a.n).max() else {
             return Ok(());
@@ -273,9 +275,9 @@ impl AttentionSet {
                 step.tables.size()
             )));
         }
-        gpu.write(&step.rows, 0, bytemuck::cast_slice(&rows));
+        upload.push(&step.rows, bytemuck::cast_slice(&rows));
         if !tables.is_empty() {
-            gpu.write(&step.tables, 0, bytemuck::cast_slice(&tables));
+            upload.push(&step.tables, bytemuck::cast_slice(&tables));
         }
         Ok(())
     }

@@ -18,6 +18,7 @@ use super::fuse::{self, Unit};
 use super::kv::KvPools;
 use super::products::{self, PartBuffers};
 use super::record::{self, record_node, record_softmax, Dispatch, Operand};
+use super::upload::Upload;
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
 use crate::backend::{
@@ -52,6 +53,8 @@ pub(super) struct GpuPartition {
     kinds: Vec<(&'static str, u64)>,
     attention: AttentionSet,
     pools: Arc<KvPools>,
+    /// The step's host data, sent in one write (`upload.rs`).
+    upload: Upload,
     bytes: usize,
 }
 
@@ -312,6 +315,7 @@ impl GpuPartition {
             kinds,
             attention,
             pools,
+            upload: Upload::default(),
             bytes,
         })
     }
@@ -575,21 +579,13 @@ impl CompiledPartition for GpuPartition {
     ) -> Result<Vec<Tensor>, BackendError> {
         let started = Instant::now();
         self.check_inputs(inputs)?;
-        self.attention.prepare(&self.gpu, &self.pools, state)?;
+        self.attention
+            .prepare(&self.gpu, &self.pools, state, &mut self.upload)?;
         let gpu = &self.gpu;
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for (i, (tensor, input)) in inputs.iter().zip(&self.inputs).enumerate() {
             match &tensor.data {
-                TensorData::Host(bytes) => {
-                    let bytes = bytes.as_bytes();
-                    if bytes.len() % 4 == 0 {
-                        gpu.write(&input.buffer, 0, bytes);
-                    } else {
-                        let mut padded_bytes = bytes.to_vec();
-                        padded_bytes.resize(padded(bytes.len()) as usize, 0);
-                        gpu.write(&input.buffer, 0, &padded_bytes);
-                    }
-                }
+                TensorData::Host(bytes) => self.upload.push(&input.buffer, bytes.as_bytes()),
                 TensorData::Device(d) if tensor.space == GPU_SPACE => {
                     let source = d.handle.downcast_ref::<GpuBuffer>().ok_or_else(|| {
                         BackendError::Input(format!("input {i} is not a GPU buffer"))
@@ -610,6 +606,7 @@ impl CompiledPartition for GpuPartition {
                 }
             }
         }
+        self.upload.send(gpu, &mut encoder)?;
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             for work in &self.work {
@@ -639,6 +636,7 @@ impl CompiledPartition for GpuPartition {
         let commands = encoder.finish();
         let recorded = started.elapsed();
         gpu.submit_finished(commands);
+        self.upload.remap();
         let submitted = started.elapsed() - recorded;
         gpu.take_uncaptured()?;
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);

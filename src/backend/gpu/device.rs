@@ -362,6 +362,32 @@ impl Gpu {
         })
     }
 
+    /// A buffer the host writes through a mapping and the device copies from, at least
+    /// `bytes` long, made mapped (so the first write needs no wait), by the caller that
+    /// keeps it.
+    pub fn upload_buffer(&self, label: &str, bytes: usize) -> wgpu::Buffer {
+        Tally::add(&self.tally.buffers, 1);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded(bytes),
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        })
+    }
+
+    /// Copies `bytes` to the start of `buffer`, which is mapped for writing, and unmaps
+    /// it so a submit may read it.
+    pub fn write_mapped(&self, buffer: &wgpu::Buffer, bytes: &[u8]) -> Result<(), BackendError> {
+        let mut view = buffer
+            .get_mapped_range_mut(..padded(bytes.len()))
+            .map_err(|e| BackendError::Device(format!("upload view: {e}")))?;
+        view.slice(..bytes.len()).copy_from_slice(bytes);
+        drop(view);
+        buffer.unmap();
+        Tally::add(&self.tally.written, bytes.len() as u64);
+        Ok(())
+    }
+
     /// Writes `bytes` at `offset` of `buffer` through the queue (ordered before the
     /// next submit).
     pub fn write(&self, buffer: &wgpu::Buffer, offset: u64, bytes: &[u8]) {

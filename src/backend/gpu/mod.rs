@@ -13,6 +13,7 @@ mod kernels;
 mod kv;
 mod products;
 mod record;
+mod upload;
 mod weights;
 
 use std::sync::Arc;

@@ -1,0 +1,144 @@
+//! A step's host data for the device, without a queue write: the inputs (token ids,
+//! positions, logits rows) and attention's row and block tables are gathered here,
+//! written through the mapping of one buffer the partition keeps, and copied to their
+//! buffers inside the step's encoder. wgpu stages every `write_buffer` in an allocation
+//! of its own and opens a command buffer for the first one after a submit, which cost a
+//! decode step more host time than recording a hundred dispatches (decision 148).
+//!
+//! The buffer is mapped again as soon as the step that copies from it is submitted; the
+//! map completes when that step does, at the wait that reads its outputs, so the next
+//! step finds it mapped and writes without waiting.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::device::{padded, Gpu};
+use crate::backend::BackendError;
+
+/// Bytes queued for buffers, sent together by [`Upload::send`].
+#[derive(Default)]
+pub(super) struct Upload {
+    bytes: Vec<u8>,
+    copies: Vec<Copy>,
+    /// The mappable buffer the bytes go through, kept between steps (made, or grown,
+    /// when a step sends more than it holds).
+    buffer: Option<wgpu::Buffer>,
+    /// Where the buffer's mapping stands.
+    map: Arc<Mutex<Map>>,
+}
+
+/// The state of the upload buffer's mapping.
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Map {
+    /// Unmapped, no map asked for (no buffer yet, or a step failed after writing).
+    #[default]
+    Idle,
+    /// Asked for; completes when the step reading the buffer does.
+    Pending,
+    /// Mapped: the host may write.
+    Mapped,
+    /// wgpu refused the map.
+    Failed(String),
+}
+
+/// One destination: `len` bytes from `at` in the upload go to the start of `to`.
+struct Copy {
+    to: wgpu::Buffer,
+    at: u64,
+    len: u64,
+}
+
+impl Upload {
+    /// Queues `bytes` for the start of `to` (padded with zeros to wgpu's copy
+    /// alignment; `to` must hold the padded length).
+    pub fn push(&mut self, to: &wgpu::Buffer, bytes: &[u8]) {
+        let at = self.bytes.len();
+        let len = padded(bytes.len());
+        self.bytes.extend_from_slice(bytes);
+        self.bytes.resize(at + len as usize, 0);
+        self.copies.push(Copy {
+            to: to.clone(),
+            at: at as u64,
+            len,
+        });
+    }
+
+    /// Sends what was queued: the bytes written through the buffer's mapping (waiting
+    /// for it only if the previous step's outputs were never waited for), then a copy
+    /// to each destination recorded into `encoder` (before the step's pass, so its
+    /// dispatches read them). Leaves the queue empty.
+    pub fn send(
+        &mut self,
+        gpu: &Gpu,
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> Result<(), BackendError> {
+        if self.copies.is_empty() {
+            return Ok(());
+        }
+        let need = self.bytes.len() as u64;
+        match &self.buffer {
+            Some(b) if b.size() >= need => self.wait_mapped(gpu)?,
+            _ => {
+                // A new buffer, made mapped, with a state of its own (a map still
+                // pending on the one it replaces ends as aborted there).
+                let size = (need as usize).next_power_of_two();
+                self.buffer = Some(gpu.upload_buffer("step upload", size));
+                self.map = Arc::new(Mutex::new(Map::Mapped));
+            }
+        }
+        let buffer = self.buffer.as_ref().expect("made above");
+        self.set(Map::Idle);
+        gpu.write_mapped(buffer, &self.bytes)?;
+        for c in self.copies.drain(..) {
+            encoder.copy_buffer_to_buffer(buffer, c.at, &c.to, 0, c.len);
+        }
+        self.bytes.clear();
+        Ok(())
+    }
+
+    /// Asks for the buffer's mapping again, unless already asked: after the step that
+    /// copies from it was submitted, it completes with that step.
+    pub fn remap(&self) {
+        let Some(buffer) = &self.buffer else { return };
+        if self.get() != Map::Idle {
+            return;
+        }
+        self.set(Map::Pending);
+        let map = self.map.clone();
+        buffer.map_async(wgpu::MapMode::Write, .., move |r| {
+            let state = match r {
+                Ok(()) => Map::Mapped,
+                Err(e) => Map::Failed(e.to_string()),
+            };
+            *map.lock().unwrap_or_else(PoisonError::into_inner) = state;
+        });
+    }
+
+    /// Waits, if it must, until the buffer is mapped (a wait only where the previous
+    /// step's outputs were never waited for, or it failed after writing).
+    fn wait_mapped(&self, gpu: &Gpu) -> Result<(), BackendError> {
+        self.remap();
+        if self.get() == Map::Pending {
+            gpu.wait()?;
+        }
+        match self.get() {
+            Map::Mapped => Ok(()),
+            Map::Failed(e) => Err(BackendError::Device(format!(
+                "mapping the step upload: {e}"
+            ))),
+            state => Err(BackendError::Device(format!(
+                "the step upload is {state:?} after a wait"
+            ))),
+        }
+    }
+
+    fn get(&self) -> Map {
+        self.map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, state: Map) {
+        *self.map.lock().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+}
