@@ -374,3 +374,54 @@ fn a_decode_step_of_the_1b_shape_is_a_few_fused_dispatches_and_creates_nothing()
     // Q, K in Q4_K and V in Q6_K: two product dispatches where one format takes one.
     check(&gpu, "1B", LLAMA_1B, DType::Q4K, 10);
 }
+
+/// With the backend's profile on, where the adapter writes timestamps inside passes,
+/// a decode step's every dispatch is timed under its kind: the profile's calls per run
+/// are the counters' dispatches per run, kind by kind, and the run's time is the span
+/// of its timestamps.
+#[test]
+fn a_profiled_decode_step_times_every_dispatch_by_kind() {
+    let Some(gpu) = gpu_support::gpu() else {
+        return;
+    };
+    let gpu: Arc<dyn Backend> = Arc::new(gpu);
+    let Some(profile) = gpu.op_profile() else {
+        eprintln!("SKIPPED: this adapter writes no timestamps inside passes");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    write_model(&path, SMOLLM2_135M, DType::Q4_0);
+    let cpu = Arc::new(CpuBackend::new(Some(2)).unwrap()) as Arc<dyn Backend>;
+    let mut on_gpu = runner(vec![cpu, gpu.clone()], &path);
+    let mut seq = on_gpu.new_sequence().unwrap();
+    on_gpu.forward_greedy(&mut seq, &[3, 17, 250]).unwrap();
+    on_gpu.forward_greedy(&mut seq, &[5]).unwrap();
+    let before = gpu.counters().unwrap();
+    profile.take();
+    profile.set_enabled(true);
+    for t in [200, 77, 12] {
+        on_gpu.forward_greedy(&mut seq, &[t]).unwrap();
+    }
+    profile.set_enabled(false);
+    let counted = gpu.counters().unwrap().since(&before);
+    let steps = profile.take();
+    let [decode] = steps.as_slice() else {
+        panic!("one row count profiled: {steps:?}");
+    };
+    assert_eq!((decode.rows, decode.runs), (1, 3), "{decode:?}");
+    assert!(decode.nanos > 0, "the runs took time: {decode:?}");
+    let timed: std::collections::BTreeMap<String, u64> = decode
+        .ops
+        .iter()
+        .map(|op| (op.label.op.clone(), op.calls))
+        .collect();
+    let dispatched: std::collections::BTreeMap<String, u64> =
+        counted.dispatches.into_iter().collect();
+    assert_eq!(timed, dispatched, "every dispatch timed under its kind");
+    let inside: u64 = decode.ops.iter().map(|op| op.nanos).sum();
+    assert!(
+        inside <= decode.nanos,
+        "the dispatches lie inside the runs' spans"
+    );
+}

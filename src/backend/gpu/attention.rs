@@ -316,11 +316,9 @@ impl AttentionSet {
         Ok(())
     }
 
-    /// Adds node `i`'s dispatches for the prepared step to `pass`.
-    pub fn encode(&self, i: usize, pass: &mut wgpu::ComputePass<'_>) {
-        for d in &self.recorded[i] {
-            d.encode(pass);
-        }
+    /// Node `i`'s dispatches for the prepared step.
+    pub fn dispatches(&self, i: usize) -> &[Dispatch] {
+        &self.recorded[i]
     }
 
     /// The kind of every dispatch the nodes issue per step.

@@ -18,12 +18,13 @@ use super::fuse::{self, Unit};
 use super::kv::KvPools;
 use super::products::{self, PartBuffers};
 use super::record::{self, record_node, record_softmax, Dispatch, Operand};
+use super::timer::Timer;
 use super::upload::Upload;
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
 use crate::backend::{
-    plain_bytes, Backend, BackendError, CompiledPartition, DeviceBuffer, PartitionSpec, StepState,
-    Tensor, TensorData, WeightProvider,
+    plain_bytes, Backend, BackendError, CompiledPartition, DeviceBuffer, OpProfile, PartitionSpec,
+    StepState, Tensor, TensorData, WeightProvider,
 };
 use crate::graph::{Graph, Op, RopeMode, ValueId};
 
@@ -55,6 +56,8 @@ pub(super) struct GpuPartition {
     pools: Arc<KvPools>,
     /// The step's host data, sent in one write (`upload.rs`).
     upload: Upload,
+    /// Times each dispatch while the backend's profile is on (`timer.rs`).
+    timer: Option<Timer>,
     bytes: usize,
 }
 
@@ -172,6 +175,7 @@ impl GpuPartition {
     pub fn new(
         gpu: Arc<Gpu>,
         pools: Arc<KvPools>,
+        profile: Option<Arc<OpProfile>>,
         backend: &dyn Backend,
         spec: &PartitionSpec<'_>,
         weights: &dyn WeightProvider,
@@ -296,6 +300,13 @@ impl GpuPartition {
                 None => kinds.push((kind, 1)),
             }
         }
+        // The rows a run evaluates: its token inputs' length (one for a decode step).
+        let rows = inputs
+            .iter()
+            .filter_map(|i| i.shape.dims().first().copied())
+            .max()
+            .unwrap_or(1);
+        let timer = Timer::new(&gpu, profile, rows);
         let mut outputs = Vec::with_capacity(spec.outputs.len());
         for &id in spec.outputs {
             let operand = recorder.operand(id)?;
@@ -316,6 +327,7 @@ impl GpuPartition {
             attention,
             pools,
             upload: Upload::default(),
+            timer,
             bytes,
         })
     }
@@ -607,14 +619,41 @@ impl CompiledPartition for GpuPartition {
             }
         }
         self.upload.send(gpu, &mut encoder)?;
+        let dispatches = self.kinds.iter().map(|(_, n)| *n as usize).sum();
+        let timed = self
+            .timer
+            .as_mut()
+            .is_some_and(|t| t.start(gpu, dispatches));
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
-            for work in &self.work {
-                match work {
-                    Work::Fixed(dispatches) => dispatches.iter().for_each(|d| d.encode(&mut pass)),
-                    Work::Attention(i) => self.attention.encode(*i, &mut pass),
+            let timer = self.timer.as_mut().filter(|_| timed);
+            match timer {
+                None => {
+                    for work in &self.work {
+                        let dispatches = match work {
+                            Work::Fixed(dispatches) => dispatches.as_slice(),
+                            Work::Attention(i) => self.attention.dispatches(*i),
+                        };
+                        dispatches.iter().for_each(|d| d.encode(&mut pass));
+                    }
+                }
+                Some(timer) => {
+                    timer.begin(&mut pass);
+                    for work in &self.work {
+                        let dispatches = match work {
+                            Work::Fixed(dispatches) => dispatches.as_slice(),
+                            Work::Attention(i) => self.attention.dispatches(*i),
+                        };
+                        for d in dispatches {
+                            d.encode(&mut pass);
+                            timer.after(&mut pass, d.kind);
+                        }
+                    }
                 }
             }
+        }
+        if let Some(timer) = self.timer.as_ref().filter(|_| timed) {
+            timer.resolve(&mut encoder);
         }
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for out in &self.outputs {
@@ -639,6 +678,9 @@ impl CompiledPartition for GpuPartition {
         self.upload.remap();
         let submitted = started.elapsed() - recorded;
         gpu.take_uncaptured()?;
+        if let Some(timer) = self.timer.as_ref().filter(|_| timed) {
+            timer.record(gpu)?;
+        }
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         gpu.tally
             .run(&self.kinds, nanos(recorded), nanos(submitted));

@@ -154,7 +154,11 @@ impl Gpu {
             Some(a) => a,
         };
         let info = adapter.get_info();
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+        // Timestamps inside passes time each dispatch for `bench --profile` (timer.rs).
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let features = adapter.features() & wanted;
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -193,6 +197,7 @@ impl Gpu {
         [
             (wgpu::Features::SHADER_F16, "shader-f16"),
             (wgpu::Features::SUBGROUP, "subgroup"),
+            (wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES, "timestamps"),
         ]
         .into_iter()
         .filter(|(f, _)| self.features.contains(*f))
@@ -358,6 +363,18 @@ impl Gpu {
             label: Some(label),
             size: padded(bytes),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A buffer timestamp queries are resolved into, `bytes` long, made once by the
+    /// caller that keeps it.
+    pub fn query_resolve_buffer(&self, bytes: usize) -> wgpu::Buffer {
+        Tally::add(&self.tally.buffers, 1);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: padded(bytes),
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
     }

@@ -13,6 +13,7 @@ mod kernels;
 mod kv;
 mod products;
 mod record;
+mod timer;
 mod upload;
 mod weights;
 
@@ -22,7 +23,8 @@ pub use device::GpuError;
 
 use super::{
     Backend, BackendError, BackendId, Capability, CompiledPartition, DeviceBuffer, DeviceCounters,
-    HostTensor, MemorySpace, PartitionSpec, ResidentWeight, Tensor, TensorData, WeightProvider,
+    HostTensor, MemorySpace, OpProfile, PartitionSpec, ResidentWeight, Tensor, TensorData,
+    WeightProvider,
 };
 use compile::GpuPartition;
 use device::Gpu;
@@ -43,6 +45,9 @@ pub struct GpuBackend {
     gpu: Arc<Gpu>,
     capability: Capability,
     pools: Arc<KvPools>,
+    /// Dispatch times for `bench --profile`, where the adapter writes timestamps
+    /// inside passes (`timer.rs`).
+    profile: Option<Arc<OpProfile>>,
 }
 
 /// What `switchyard doctor` shows about the adapter.
@@ -70,10 +75,14 @@ impl GpuBackend {
     pub fn open(allow_software: bool) -> Result<GpuBackend, GpuError> {
         let gpu = Gpu::open(allow_software)?;
         let capability = capability::detect(&gpu);
+        let inside =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let profile = gpu.features.contains(inside).then(Arc::default);
         Ok(GpuBackend {
             gpu: Arc::new(gpu),
             capability,
             pools: Arc::default(),
+            profile,
         })
     }
 
@@ -161,6 +170,7 @@ impl Backend for GpuBackend {
         Ok(Box::new(GpuPartition::new(
             self.gpu.clone(),
             self.pools.clone(),
+            self.profile.clone(),
             self,
             spec,
             weights,
@@ -190,6 +200,10 @@ impl Backend for GpuBackend {
 
     fn counters(&self) -> Option<DeviceCounters> {
         Some(self.gpu.tally.snapshot())
+    }
+
+    fn op_profile(&self) -> Option<&OpProfile> {
+        self.profile.as_deref()
     }
 
     fn takes_host_inputs(&self) -> bool {

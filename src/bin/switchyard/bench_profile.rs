@@ -1,8 +1,10 @@
 //! `switchyard bench --profile`: after the timed tests, each test runs once more (a
-//! warm-up and one repetition) with the CPU backend timing every node, and a table per
-//! test and row count says where a step's time goes: op, calls per step, µs per call,
-//! share of the step and, for products, the weight bytes read per second. Apart from
-//! the timed tests, so the timers never touch their numbers.
+//! warm-up and one repetition) with the CPU backend timing every node and a GPU whose
+//! adapter writes timestamps inside passes timing every dispatch, and a table per test,
+//! backend and row count says where a step's time goes: op (a GPU's dispatch kind),
+//! calls per step, µs per call, share of the step and, for CPU products, the weight
+//! bytes read per second. Apart from the timed tests, so the timers never touch their
+//! numbers.
 
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -15,6 +17,8 @@ use switchyard::step::Runner;
 pub struct TestProfile {
     /// The test, as in the results (`pp512`, `tg128`, `tg128x16`).
     pub test: String,
+    /// The backend that timed these steps (`cpu`, `gpu`).
+    pub backend: String,
     /// One entry per row count the test's steps had (a `tg` test's prompt, then its
     /// one-row decode steps).
     pub steps: Vec<RowsProfile>,
@@ -26,28 +30,42 @@ pub fn profile_tests(
     prompt: &[u32],
     tests: &[BenchTest],
 ) -> Result<Vec<TestProfile>> {
-    let Some(cpu) = runner
+    let timing: Vec<_> = runner
         .backends()
         .iter()
-        .find(|b| b.op_profile().is_some())
+        .filter(|b| b.op_profile().is_some())
         .cloned()
-    else {
+        .collect();
+    if timing.is_empty() {
         bail!("--profile: none of this run's backends times its nodes (the CPU does)");
+    }
+    let profiles = || {
+        timing
+            .iter()
+            .filter_map(|b| Some((b.name(), b.op_profile()?)))
     };
-    let profile = cpu.op_profile().expect("chosen for having a profile");
     let mut out = Vec::with_capacity(tests.len());
     for &test in tests {
-        profile.take();
-        profile.set_enabled(true);
+        for (_, profile) in profiles() {
+            profile.take();
+            profile.set_enabled(true);
+        }
         let result = run_test(runner, prompt, test, 1, &mut || {});
         // Off again before a failure propagates.
-        profile.set_enabled(false);
-        let steps = profile.take();
+        for (_, profile) in profiles() {
+            profile.set_enabled(false);
+        }
+        for (backend, profile) in profiles() {
+            let steps = profile.take();
+            if !steps.is_empty() {
+                out.push(TestProfile {
+                    test: test.name(),
+                    backend: backend.to_string(),
+                    steps,
+                });
+            }
+        }
         result?;
-        out.push(TestProfile {
-            test: test.name(),
-            steps,
-        });
     }
     Ok(out)
 }
@@ -56,7 +74,7 @@ pub fn profile_tests(
 pub fn print_profiles(profiles: &[TestProfile], others_in_use: bool) {
     println!(
         "\nwhere the time goes (one more warm-up and repetition of each test, every CPU \
-         node timed{})",
+         node timed, and every GPU dispatch where the adapter has timestamps{})",
         if others_in_use {
             "; nodes on other backends are not in these tables"
         } else {
@@ -65,17 +83,17 @@ pub fn print_profiles(profiles: &[TestProfile], others_in_use: bool) {
     );
     for p in profiles {
         for steps in &p.steps {
-            print_steps(&p.test, steps);
+            print_steps(&p.test, &p.backend, steps);
         }
     }
 }
 
 /// One table: the row count's runs, every op, then the time between ops.
-fn print_steps(test: &str, steps: &RowsProfile) {
+fn print_steps(test: &str, backend: &str, steps: &RowsProfile) {
     let runs = steps.runs.max(1) as f64;
     let step_us = steps.nanos as f64 / 1e3 / runs;
     println!(
-        "\n{test}: {} runs of {} rows, {step_us:.1} µs each",
+        "\n{test} on {backend}: {} runs of {} rows, {step_us:.1} µs each",
         steps.runs, steps.rows
     );
     println!(
