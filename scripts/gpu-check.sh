@@ -45,7 +45,9 @@ prepare() {
   fi
   (cd "$root/scripts" && python3 random_gguf.py header "$source" "$dir/models")
   cp "$root/scripts/random_gguf.py" "$root/scripts/gpu_check_report.py" "$dir/"
-  local vk="$root/tools/llama.cpp-vulkan/bin"
+  # Where `scripts/llamacpp-tools.sh --vulkan` builds them (statically linked: the
+  # machine's Vulkan loader is all they need there).
+  local vk="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}/llamacpp-tools-vulkan/bin"
   if [ -x "$vk/llama-bench" ]; then
     mkdir -p "$dir/llama-vulkan" && cp "$vk"/llama-bench "$vk"/lib*.so* "$dir/llama-vulkan/" 2>/dev/null || true
   fi
@@ -87,6 +89,13 @@ run() {
       "$bin" bench -m "$file" --backends "$b" --coexec off --prompt-tokens "$pp" \
         --gen-tokens "$tg" --batch "$batch" --reps 2 --json > "$out/$m.bench.$b.json" 2>> "$log" || true
     done
+    case "$m" in
+      *q4_1)
+        echo "== $m: where the GPU's time goes (bench --profile, device timestamps)" | tee -a "$log"
+        "$bin" bench -m "$file" --backends cpu,gpu --coexec off --prompt-tokens "$pp" \
+          --gen-tokens 32 --reps 1 --profile --json > "$out/$m.profile.json" 2>> "$log" || true
+        ;;
+    esac
     if [ -x "$dir/llama-vulkan/llama-bench" ]; then
       echo "== $m: llama.cpp Vulkan" | tee -a "$log"
       LD_LIBRARY_PATH="$dir/llama-vulkan" GGML_VK_VISIBLE_DEVICES=0 "$dir/llama-vulkan/llama-bench" \

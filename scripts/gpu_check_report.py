@@ -78,6 +78,27 @@ def counters(report):
     return None
 
 
+def gpu_profile(out, model):
+    """The GPU's decode (one-row) time by dispatch kind from `bench --profile --json`."""
+    report = load(f"{out}/{model}.profile.json")
+    if not report:
+        return None
+    for test in report.get("profile") or []:
+        if test.get("backend") != "gpu":
+            continue
+        for steps in test["steps"]:
+            if steps["rows"] == 1:
+                runs = max(steps["runs"], 1)
+                return {
+                    "step_us": round(steps["nanos"] / runs / 1e3, 1),
+                    "ops": [{"op": o["op"], "calls_per_step": round(o["calls"] / runs, 1),
+                             "us_per_call": round(o["nanos"] / max(o["calls"], 1) / 1e3, 2),
+                             "share": round(100 * o["nanos"] / max(steps["nanos"], 1), 1)}
+                            for o in steps["ops"]],
+                }
+    return None
+
+
 def llama(out, model):
     rows = load(f"{out}/{model}.llama-vulkan.json")
     if not rows:
@@ -106,6 +127,7 @@ def main():
             "llama_vulkan": llama(out, m),
             "greedy": greedy(out, m),
             "counters": counters(gpu),
+            "gpu_profile": gpu_profile(out, m),
         })
     report = {"doctor": doctor, "tests": tests, "models": rows}
     with open(f"{out}/gpu-check.json", "w") as f:
@@ -128,16 +150,27 @@ def main():
             lines.append(f"| {r['model']} | {test} | {fmt(r['cpu'].get(test))} | {fmt(g)} "
                          f"| {fmt(v)} | {ratio} |")
     lines += ["", "| model | greedy tokens equal | max top-3 logit gap | dispatches / step "
-              "| submits / step | waits / step | buffers made | record µs / step | µs / dispatch |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| submits / step | waits / step | buffers made | bytes read / step | record µs / step "
+              "| µs / dispatch |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g, c = r["greedy"] or {}, r["counters"] or {}
         lines.append(
             f"| {r['model']} | {g.get('same_prefix', '')}/{g.get('tokens', '')} "
             f"| {g.get('max_top3_gap', '')} | {c.get('dispatches_per_run', '')} "
             f"| {c.get('submits_per_run', '')} | {c.get('waits_per_run', '')} "
-            f"| {c.get('buffers_created', '')} | {c.get('median_record_us') or ''} "
+            f"| {c.get('buffers_created', '')} | {c.get('bytes_read_per_run', '')} "
+            f"| {c.get('median_record_us') or ''} "
             f"| {c.get('record_us_per_dispatch') or ''} |")
+    for r in rows:
+        p = r["gpu_profile"]
+        if not p:
+            continue
+        lines += ["", f"GPU time of a {r['model']} decode step by dispatch kind "
+                  f"(`bench --profile`, device timestamps): {p['step_us']} µs a step", "",
+                  "| kind | calls / step | µs / call | share |", "|---|---:|---:|---:|"]
+        lines += [f"| {o['op']} | {o['calls_per_step']} | {o['us_per_call']} | {o['share']}% |"
+                  for o in p["ops"]]
     arms = f"{out}/arms.md"
     if os.path.exists(arms):
         lines += ["", "Co-execution arms (`bench --arms cpu,gpu,split,gate`):", ""]
