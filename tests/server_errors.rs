@@ -218,14 +218,18 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
 
     // Parameters that would change the result and are not implemented are refused by
     // name (unless they hold their neutral value), and so are unknown ones.
-    let tool = json!({"type": "function", "function": {"name": "f"}});
+    let unique =
+        json!({"type": "object", "properties": {"d": {"type": "array", "uniqueItems": true}}});
     let unsupported = [
-        (chat, json!({"tools": [tool]}), "tools"),
-        (chat, json!({"tool_choice": "auto"}), "tool_choice"),
         (
             chat,
-            json!({"parallel_tool_calls": true}),
-            "parallel_tool_calls",
+            json!({"tools": [{"type": "web_search"}]}),
+            "tools[0].type",
+        ),
+        (
+            chat,
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": unique}}]}),
+            "tools[0].function.parameters",
         ),
         (chat, json!({"functions": [{"name": "f"}]}), "functions"),
         (chat, json!({"function_call": "auto"}), "function_call"),

@@ -7,7 +7,7 @@ completion, the model list, n = 3 choices (whole and streamed), log-probabilitie
 both of OpenAI's shapes (whole and streamed) parsed by the client's own types,
 structured output (a JSON Schema, and a Pydantic model through the client's `parse`),
 and errors the client maps to its own exceptions (an unknown model, parameters the
-server does not implement).
+server does not implement or cannot honour). Tool calls: tests/server_tools.py.
 """
 
 import json
@@ -162,9 +162,15 @@ def check_logprobs(client: OpenAI, model: str, messages: list) -> None:
 def check_refusals(client: OpenAI, model: str, messages: list) -> None:
     """Parameters the server does not implement are 400s naming them."""
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    unique = {"type": "object", "properties": {"d": {"type": "array", "uniqueItems": True}}}
     refused = [
-        ("tools", dict(tools=[tool])),
+        ("tools[0].type", dict(tools=[{"type": "web_search"}])),
+        ("tool_choice", dict(tools=[tool], tool_choice="sometimes")),
         ("tool_choice", dict(tool_choice="auto")),
+        (
+            "tools[0].function.parameters",
+            dict(tools=[{"type": "function", "function": {"name": "g", "parameters": unique}}]),
+        ),
         (
             "response_format.json_schema.schema",
             dict(

@@ -22,8 +22,8 @@ mod namespaces;
 
 /// Name under which the template is stored in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
-/// The roles a message may have.
-const ROLES: [&str; 3] = ["system", "user", "assistant"];
+/// The roles a message may have (`tool`: a tool's result, for templates that take one).
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
 
 /// Fuel every render gets whatever the conversation (minijinja counts one per
 /// instruction and one per 64 bytes of data created).
@@ -48,21 +48,30 @@ pub enum TemplateError {
     /// The template source does not parse.
     #[error("chat template does not compile: {0}")]
     Syntax(String),
-    /// A message has a role other than system, user or assistant.
-    #[error("unknown chat role {0:?} (expected system, user or assistant)")]
+    /// A message has a role other than system, user, assistant or tool.
+    #[error("unknown chat role {0:?} (expected system, user, assistant or tool)")]
     UnknownRole(String),
     /// Rendering failed, including a `raise_exception(...)` call by the template.
     #[error("chat template failed to render: {0}")]
     Render(String),
 }
 
-/// One chat message as templates see it: `message['role']`, `message['content']`.
+/// One chat message as templates see it: `message['role']`, `message['content']`, and
+/// for tool use `message['tool_calls']` and `message['tool_call_id']` (absent, so
+/// undefined to the template, when not given).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// An assistant's tool calls, as templates read them: a list of `{"id", "type":
+    /// "function", "function": {"name", "arguments"}}` with `arguments` a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool message's answer to this call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -71,6 +80,8 @@ impl Message {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -81,6 +92,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// The template's source, as given.
+    source: String,
 }
 
 /// Formats a minijinja error with its full cause chain.
@@ -163,6 +176,7 @@ impl ChatTemplate {
     /// Compiles `source` (a `tokenizer.chat_template`); `bos` and `eos` are exposed to it
     /// as `bos_token` and `eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self, TemplateError> {
+        let original = source;
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
             .trim_blocks(true)
@@ -183,7 +197,19 @@ impl ChatTemplate {
             env,
             bos: bos.to_string(),
             eos: eos.to_string(),
+            source: original.to_string(),
         })
+    }
+
+    /// The template's source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Another template `source` with this one's BOS and EOS strings (a template file
+    /// given in place of the model's).
+    pub fn with_source(&self, source: &str) -> Result<Self, TemplateError> {
+        ChatTemplate::new(source, &self.bos, &self.eos)
     }
 
     /// Renders `messages`; with `add_generation_prompt` the template appends the header
@@ -193,10 +219,27 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with `tools` (a list of OpenAI function tools,
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`) as the
+    /// template's `tools` variable; `None` leaves it none.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         if let Some(bad) = messages.iter().find(|m| !ROLES.contains(&m.role.as_str())) {
             return Err(TemplateError::UnknownRole(bad.role.clone()));
         }
-        let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+        let tool_bytes = tools.map_or(0, |t| t.to_string().len());
+        let content_bytes: usize = messages
+            .iter()
+            .map(|m| m.content.len() + m.tool_calls.as_ref().map_or(0, |c| c.to_string().len()))
+            .sum::<usize>()
+            + tool_bytes;
         let fuel = fuel_for(messages.len(), content_bytes);
         // Fuel is a setting of the environment; a render gets its own copy, so that
         // renders on several threads each get their own budget.
@@ -207,6 +250,7 @@ impl ChatTemplate {
             .map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = minijinja::context! {
             messages => Value::from(Serde(messages)),
+            tools => tools.map_or(Value::from(()), |t| Value::from(Serde(t))),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos.as_str(),
             eos_token => self.eos.as_str(),
@@ -412,10 +456,72 @@ mod tests {
     #[test]
     fn unknown_role_and_bad_syntax_are_named() {
         let t = ChatTemplate::new(CHATML, "", "").unwrap();
-        let err = t.render(&[Message::new("tool", "x")], false).unwrap_err();
-        assert!(err.to_string().contains("\"tool\""), "{err}");
+        let err = t.render(&[Message::new("robot", "x")], false).unwrap_err();
+        assert!(err.to_string().contains("\"robot\""), "{err}");
         let err = ChatTemplate::new("{% for %}", "", "").unwrap_err();
         assert!(matches!(err, TemplateError::Syntax(_)), "{err}");
+    }
+
+    /// `tools`, an assistant's `tool_calls` and a tool's `tool_call_id` reach the
+    /// template; without tools, `tools` is none and the fields are undefined.
+    #[test]
+    fn tools_and_tool_messages_reach_the_template() {
+        let src = "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}\
+                   {% for m in messages %}{{ m.role }}:{% if m.tool_calls is defined %}\
+                   {% for c in m.tool_calls %}{{ c.function.name }}{{ c.function.arguments|tojson }}{% endfor %}\
+                   {% elif m.tool_call_id is defined %}{{ m.tool_call_id }}={{ m.content }}\
+                   {% else %}{{ m.content }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let mut call = Message::new("assistant", "");
+        call.tool_calls = Some(serde_json::json!([
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+        ]));
+        let mut result = Message::new("tool", "2");
+        result.tool_call_id = Some("c1".into());
+        let msgs = [Message::new("user", "sum?"), call, result];
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "add"}}]);
+        let out = t.render_with_tools(&msgs, Some(&tools), false).unwrap();
+        assert_eq!(out, "[add]user:sum?;assistant:add{\"a\": 1};tool:c1=2;");
+        let plain = t.render(&msgs[..1], false).unwrap();
+        assert_eq!(plain, "user:sum?;");
+    }
+
+    /// The Qwen2.5-style and Llama-3.1-style fixtures render tools, calls and results
+    /// in their models' forms.
+    #[test]
+    fn tool_template_fixtures_render_calls_and_results() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut call = Message::new("assistant", "");
+        call.tool_calls = Some(serde_json::json!([
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+        ]));
+        let mut result = Message::new("tool", "3");
+        result.tool_call_id = Some("c1".into());
+        let msgs = [Message::new("user", "Add 1 and 2."), call, result];
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "add",
+            "parameters": {"type": "object"}}}]);
+        let cases = [
+            ("qwen2.5-style.jinja", [
+                "<tools>\n{\"type\": \"function\"",
+                "<|im_start|>assistant\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call><|im_end|>",
+                "<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+            ]),
+            ("llama3.1-style.jinja", [
+                "\"name\": \"add\"",
+                "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}<|eot_id|>",
+                "<|start_header_id|>ipython<|end_header_id|>\n\n3<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+            ]),
+        ];
+        for (file, wanted) in cases {
+            let source =
+                std::fs::read_to_string(format!("{root}/tests/data/tool_templates/{file}"))
+                    .unwrap();
+            let t = ChatTemplate::new(&source, "<s>", "</s>").unwrap();
+            let out = t.render_with_tools(&msgs, Some(&tools), true).unwrap();
+            for piece in wanted {
+                assert!(out.contains(piece), "{file}: {piece:?} not in\n{out}");
+            }
+        }
     }
 
     /// Real templates render long conversations well inside the limits.

@@ -1,7 +1,7 @@
 //! Reads OpenAI request bodies field by field, so that every missing field, wrong type
 //! and bad value gets a 400 naming the field, as OpenAI answers.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::fields;
@@ -11,7 +11,7 @@ pub(crate) use super::shapes::Format;
 use crate::model::chat_template::Message;
 
 /// Roles the chat endpoint accepts; `developer` (OpenAI's newer name) counts as system.
-const ROLES: [&str; 4] = ["system", "user", "assistant", "developer"];
+const ROLES: [&str; 5] = ["system", "user", "assistant", "developer", "tool"];
 
 /// Most stop strings a request may give.
 const MAX_STOP_STRINGS: usize = 16;
@@ -111,6 +111,8 @@ pub(crate) struct Params {
     /// A completion's `echo`: the reply's text (and log-probabilities) start with the
     /// prompt's.
     pub echo: bool,
+    /// A chat's `tools`, `tool_choice` and `parallel_tool_calls`, when tools are given.
+    pub tools: Option<super::tools::Tools>,
 }
 
 impl Params {
@@ -245,6 +247,10 @@ impl Params {
             ignore_eos: opt_bool(body, "ignore_eos")?.unwrap_or(false),
             format: shapes::format(body, kind)?,
             echo,
+            tools: match kind {
+                Kind::Chat => super::tools::read(body)?,
+                Kind::Text => None,
+            },
         })
     }
 }
@@ -350,7 +356,7 @@ fn message(i: usize, item: &Value) -> Result<Message, ApiError> {
     if !ROLES.contains(&role) {
         return Err(ApiError::bad_value(
             &at("role"),
-            format!("Unknown role '{role}': expected system, user, assistant or developer."),
+            format!("Unknown role '{role}': expected system, user, assistant, developer or tool."),
         ));
     }
     let content = match obj.get("content") {
@@ -365,7 +371,94 @@ fn message(i: usize, item: &Value) -> Result<Message, ApiError> {
         }
     };
     let role = if role == "developer" { "system" } else { role };
-    Ok(Message::new(role, content))
+    let mut message = Message::new(role, content);
+    match obj.get("tool_call_id") {
+        None | Some(Value::Null) if role == "tool" => {
+            return Err(ApiError::missing(&at("tool_call_id")))
+        }
+        None | Some(Value::Null) => {}
+        Some(Value::String(id)) if role == "tool" => message.tool_call_id = Some(id.clone()),
+        Some(Value::String(_)) => {
+            return Err(ApiError::bad_value(
+                &at("tool_call_id"),
+                "Only a message of role 'tool' carries a tool_call_id.",
+            ))
+        }
+        Some(_) => return Err(ApiError::wrong_type(&at("tool_call_id"), "a string")),
+    }
+    match obj.get("tool_calls") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(calls)) if calls.is_empty() => {}
+        Some(Value::Array(calls)) if role == "assistant" => {
+            let calls = calls
+                .iter()
+                .enumerate()
+                .map(|(j, call)| tool_call(&at(&format!("tool_calls[{j}]")), call))
+                .collect::<Result<Vec<Value>, ApiError>>()?;
+            message.tool_calls = Some(Value::Array(calls));
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::bad_value(
+                &at("tool_calls"),
+                "Only a message of role 'assistant' carries tool_calls.",
+            ))
+        }
+        Some(_) => return Err(ApiError::wrong_type(&at("tool_calls"), "an array")),
+    }
+    Ok(message)
+}
+
+/// An assistant message's earlier tool call, as templates read it: `{"id", "type":
+/// "function", "function": {"name", "arguments"}}` with `arguments` (a JSON text in the
+/// request) parsed to its object, as chat templates expect.
+fn tool_call(param: &str, call: &Value) -> Result<Value, ApiError> {
+    let Value::Object(obj) = call else {
+        return Err(ApiError::wrong_type(param, "an object"));
+    };
+    fields::check_keys(obj, param, &["id", "type", "function"])?;
+    if obj
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("function")
+        != "function"
+    {
+        return Err(ApiError::bad_value(
+            &format!("{param}.type"),
+            "Only tool calls of type 'function' are supported.",
+        ));
+    }
+    let id = match obj.get("id") {
+        Some(Value::String(id)) => id.clone(),
+        _ => return Err(ApiError::missing(&format!("{param}.id"))),
+    };
+    let Some(Value::Object(function)) = obj.get("function") else {
+        return Err(ApiError::missing(&format!("{param}.function")));
+    };
+    fields::check_keys(
+        function,
+        &format!("{param}.function"),
+        &["name", "arguments"],
+    )?;
+    let name = match function.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        _ => return Err(ApiError::missing(&format!("{param}.function.name"))),
+    };
+    let arguments = match function.get("arguments") {
+        Some(Value::String(text)) => serde_json::from_str::<Value>(text).map_err(|e| {
+            ApiError::bad_value(
+                &format!("{param}.function.arguments"),
+                format!("The arguments are not JSON: {e}."),
+            )
+        })?,
+        Some(Value::Object(args)) => Value::Object(args.clone()),
+        _ => {
+            return Err(ApiError::wrong_type(
+                &format!("{param}.function.arguments"),
+                "a JSON text",
+            ))
+        }
+    };
+    Ok(json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
 }
 
 /// Joins the `text` of content parts; other part types are refused.

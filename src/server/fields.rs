@@ -40,7 +40,14 @@ const READ: [&str; 24] = [
 ];
 
 /// Fields only the chat endpoint reads.
-const READ_CHAT: [&str; 3] = ["messages", "top_logprobs", "response_format"];
+const READ_CHAT: [&str; 6] = [
+    "messages",
+    "top_logprobs",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+];
 
 /// Fields only the completions endpoint reads (`best_of` when it equals `n`).
 const READ_TEXT: [&str; 3] = ["prompt", "best_of", "echo"];
@@ -60,11 +67,8 @@ const IGNORED: [&str; 8] = [
 
 /// Fields of the chat endpoint that change the result and are not implemented, with
 /// the neutral value each may hold.
-const UNSUPPORTED_CHAT: [(&str, Neutral); 10] = [
+const UNSUPPORTED_CHAT: [(&str, Neutral); 7] = [
     ("grammar", Neutral::EmptyString),
-    ("tools", Neutral::Null),
-    ("tool_choice", Neutral::Null),
-    ("parallel_tool_calls", Neutral::Null),
     ("functions", Neutral::Null),
     ("function_call", Neutral::Null),
     ("modalities", Neutral::TextModality),
@@ -80,12 +84,10 @@ const UNSUPPORTED_TEXT: [(&str, Neutral); 2] = [
     ("grammar", Neutral::EmptyString),
 ];
 
-/// Fields of a chat message that change the prompt and are not implemented (`role`
-/// and `content` are read).
-const UNSUPPORTED_MESSAGE: [(&str, Neutral); 6] = [
+/// Fields of a chat message that change the prompt and are not implemented (`role`,
+/// `content`, `tool_calls` and `tool_call_id` are read).
+const UNSUPPORTED_MESSAGE: [(&str, Neutral); 4] = [
     ("name", Neutral::Null),
-    ("tool_calls", Neutral::EmptyArray),
-    ("tool_call_id", Neutral::Null),
     ("function_call", Neutral::Null),
     ("audio", Neutral::Null),
     ("refusal", Neutral::Null),
@@ -97,7 +99,6 @@ const UNSUPPORTED_MESSAGE: [(&str, Neutral); 6] = [
 enum Neutral {
     Null,
     EmptyString,
-    EmptyArray,
     /// `["text"]`.
     TextModality,
 }
@@ -107,7 +108,6 @@ impl Neutral {
         match (self, value) {
             (_, Value::Null) => true,
             (Neutral::EmptyString, Value::String(s)) => s.is_empty(),
-            (Neutral::EmptyArray, Value::Array(a)) => a.is_empty(),
             (Neutral::TextModality, Value::Array(a)) => {
                 a.len() == 1 && a[0].as_str() == Some("text")
             }
@@ -137,7 +137,7 @@ pub(crate) fn check_request(body: &Map<String, Value>, kind: Kind) -> Result<(),
 /// implemented and not neutral.
 pub(crate) fn check_message(i: usize, message: &Map<String, Value>) -> Result<(), ApiError> {
     for (key, value) in message {
-        if key == "role" || key == "content" {
+        if ["role", "content", "tool_calls", "tool_call_id"].contains(&key.as_str()) {
             continue;
         }
         check_field(
@@ -208,12 +208,11 @@ mod tests {
                 Err(("unsupported_parameter", Some(param.to_string())))
             );
         };
-        refused(Kind::Chat, json!({"tools": []}), "tools");
-        refused(Kind::Chat, json!({"tool_choice": "none"}), "tool_choice");
+        refused(Kind::Chat, json!({"functions": []}), "functions");
         refused(
             Kind::Chat,
-            json!({"parallel_tool_calls": false}),
-            "parallel_tool_calls",
+            json!({"function_call": "auto"}),
+            "function_call",
         );
         refused(Kind::Text, json!({"suffix": "end"}), "suffix");
 
@@ -241,6 +240,7 @@ mod tests {
         unknown(Kind::Chat, json!({"prompt": "x"}), "prompt");
         unknown(Kind::Text, json!({"messages": []}), "messages");
         unknown(Kind::Text, json!({"top_logprobs": 2}), "top_logprobs");
+        unknown(Kind::Text, json!({"tools": []}), "tools");
         let format = json!({"response_format": {"type": "json_object"}});
         unknown(Kind::Text, format, "response_format");
         let message = json!({"role": "user", "content": "x", "name": "bob"});

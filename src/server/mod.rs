@@ -16,6 +16,8 @@ mod metrics;
 mod reply;
 mod routes;
 mod shapes;
+mod tool_format;
+mod tools;
 
 use std::future::Future;
 use std::path::Path;
@@ -73,6 +75,21 @@ pub fn model_id(path: &Path) -> String {
     name.map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
 }
 
+/// How `model` writes tool calls, as the server log says it: from its chat template's
+/// source (decision 165).
+pub fn tool_form(model: &Model) -> &'static str {
+    tool_format(model).describe()
+}
+
+fn tool_format(model: &Model) -> tool_format::ToolFormat {
+    model
+        .chat_template
+        .as_ref()
+        .map_or(tool_format::ToolFormat::Generic, |t| {
+            tool_format::ToolFormat::detect(t.source())
+        })
+}
+
 /// Serves `model` on `listener` until `shutdown` completes, then stops accepting,
 /// cancels the running and waiting generations (their clients get a 503 or a final
 /// error event), waits for open responses to end and returns.
@@ -97,6 +114,7 @@ pub async fn serve(
         model_id: config.served_name.unwrap_or_else(|| model_id(&model.path)),
         api_key: config.api_key,
         token_env: std::sync::Mutex::new(None),
+        tool_format: tool_format(&model),
         model,
         engine: engine.clone(),
         metrics,

@@ -14,6 +14,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::engine::{Event, Outcome};
 use super::error::ApiError;
 use super::logprobs;
+use super::tool_format::ToolFormat;
+use super::tools;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{FinishReason, Model, TokenLogprobs};
 
@@ -58,6 +60,8 @@ pub(crate) struct Reply {
     pub choices: usize,
     /// Whether the choices carry log-probabilities.
     pub logprobs: bool,
+    /// With tools that may be called: the format a choice's calls are read in.
+    pub tools: Option<ToolFormat>,
 }
 
 fn finish_reason(reason: FinishReason) -> &'static str {
@@ -130,12 +134,15 @@ impl Reply {
                     None => outcome.text.clone(),
                 };
                 match self.kind {
-                    Kind::Chat => json!({
-                        "index": index,
-                        "message": {"role": "assistant", "content": outcome.text},
-                        "logprobs": logprobs,
-                        "finish_reason": reason,
-                    }),
+                    Kind::Chat => {
+                        let (message, reason) = self.message(index, outcome);
+                        json!({
+                            "index": index,
+                            "message": message,
+                            "logprobs": logprobs,
+                            "finish_reason": reason,
+                        })
+                    }
                     Kind::Text => json!({
                         "index": index,
                         "text": text,
@@ -163,6 +170,56 @@ impl Reply {
         body
     }
 
+    /// Choice `index`'s chat `message` and finish reason: with tools, the calls its
+    /// text holds become `tool_calls` and the reason `tool_calls` (when it stopped).
+    fn message(&self, index: usize, outcome: &Outcome) -> (Value, &'static str) {
+        let reason = finish_reason(outcome.finish_reason);
+        let Some(format) = self.tools else {
+            return (
+                json!({"role": "assistant", "content": outcome.text}),
+                reason,
+            );
+        };
+        let base = format!("{}_{index}", self.id.trim_start_matches("chatcmpl-"));
+        let (message, calls) = tools::message(format, &outcome.text, &base);
+        match (calls, outcome.finish_reason) {
+            (Some(calls), FinishReason::Stop) => (message, calls),
+            _ => (message, reason),
+        }
+    }
+
+    /// The streamed chunks of a choice held back because it may call tools: its
+    /// content, then per call one chunk with its index, id, type, name and empty
+    /// arguments and one with the arguments (OpenAI's order), then the finish.
+    fn tool_chunks(&self, index: usize, outcome: &Outcome) -> Vec<SseEvent> {
+        let (message, reason) = self.message(index, outcome);
+        let mut chunks = Vec::new();
+        if let Some(content) = message["content"].as_str().filter(|c| !c.is_empty()) {
+            chunks.push(self.chunk(index, json!({ "content": content }), Value::Null, None));
+        }
+        for (n, call) in message["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let opening = json!({"tool_calls": [{
+                "index": n,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }]});
+            chunks.push(self.chunk(index, opening, Value::Null, None));
+            let arguments = json!({"tool_calls": [{
+                "index": n,
+                "function": {"arguments": call["function"]["arguments"]},
+            }]});
+            chunks.push(self.chunk(index, arguments, Value::Null, None));
+        }
+        chunks.push(self.chunk(index, json!({}), Value::Null, Some(reason)));
+        chunks
+    }
+
     /// One streamed chunk of choice `index`: a chat `delta` (or completion `text`), its
     /// tokens' `logprobs` and the finish reason.
     fn chunk(
@@ -170,9 +227,8 @@ impl Reply {
         index: usize,
         delta: Value,
         logprobs: Value,
-        reason: Option<FinishReason>,
+        reason: Option<&'static str>,
     ) -> SseEvent {
-        let reason = reason.map(finish_reason);
         let choice = match self.kind {
             Kind::Chat => json!({
                 "index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason,
@@ -273,6 +329,10 @@ impl Streaming {
                 logprobs,
             }) => {
                 let index = first + index;
+                if self.reply.tools.is_some() {
+                    // Held until the choice ends: its text may be calls.
+                    return;
+                }
                 let tokenizer = &self.model.tokenizer;
                 let logprobs = self
                     .reply
@@ -286,11 +346,19 @@ impl Streaming {
                 index,
                 result: Ok(outcome),
             }) => {
-                let reason = Some(outcome.finish_reason);
-                let last = self
-                    .reply
-                    .chunk(first + index, json!({}), Value::Null, reason);
-                self.pending.push_back(last);
+                match self.reply.tools {
+                    Some(_) => {
+                        let chunks = self.reply.tool_chunks(first + index, &outcome);
+                        self.pending.extend(chunks);
+                    }
+                    None => {
+                        let reason = Some(finish_reason(outcome.finish_reason));
+                        let last = self
+                            .reply
+                            .chunk(first + index, json!({}), Value::Null, reason);
+                        self.pending.push_back(last);
+                    }
+                }
                 let ended = &mut self.sources[source];
                 ended.prompt_tokens = outcome.prompt_tokens;
                 ended.left -= 1;

@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
 use super::shapes;
+use super::tool_format::ToolFormat;
 use crate::model::constraint::{Shape, TokenEnv};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{GenerateOptions, Model, TokenLogprobs};
@@ -60,6 +61,8 @@ pub(crate) struct App {
     /// The vocabulary's token trie, for constrained replies: made on the first such
     /// request.
     pub token_env: std::sync::Mutex<Option<Arc<TokenEnv>>>,
+    /// How the model writes tool calls (from its chat template).
+    pub tool_format: super::tool_format::ToolFormat,
     /// Positions one sequence holds.
     pub context: usize,
     /// Most requests waiting.
@@ -172,7 +175,11 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 
 /// What to tokenize: a chat's messages or a completion's prompt.
 enum Input {
-    Messages(Vec<crate::model::chat_template::Message>),
+    /// The messages, and the tools the template gets.
+    Messages(
+        Vec<crate::model::chat_template::Message>,
+        Option<serde_json::Value>,
+    ),
     Prompt(api::Prompt),
 }
 
@@ -192,8 +199,36 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             return Err(ApiError::unknown_model(asked, &app.model_id));
         }
     }
+    // Tools that may be called hold the reply to their grammar, so no other shape.
+    let calling = params.tools.as_ref().filter(|t| t.mode().is_some());
+    if calling.is_some() {
+        if let api::Format::Constrained { param, .. } = &params.format {
+            return Err(ApiError::bad_value(
+                param,
+                format!("'{param}' cannot be combined with tools unless tool_choice is 'none'."),
+            ));
+        }
+        if params.logprobs.is_some() {
+            return Err(ApiError::invalid(
+                "unsupported_parameter",
+                Some("logprobs"),
+                "Unsupported parameter: 'logprobs' is not supported together with tools unless tool_choice is 'none'.",
+            ));
+        }
+    }
     let inputs: Vec<Input> = match kind {
-        Kind::Chat => vec![Input::Messages(api::messages(&body)?)],
+        Kind::Chat => {
+            let messages = api::messages(&body)?;
+            let (messages, tools) = match &params.tools {
+                Some(tools) => tools.prepare(app.tool_format, messages),
+                // Earlier calls and results, written as the generic form writes them.
+                None if app.tool_format == ToolFormat::Generic => {
+                    (super::tools::generic_history(messages), None)
+                }
+                None => (messages, None),
+            };
+            vec![Input::Messages(messages, tools)]
+        }
         Kind::Text => api::prompts(&body)?
             .into_iter()
             .map(Input::Prompt)
@@ -221,7 +256,23 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
             format!("logit_bias names token {id}, but this model's vocabulary has {vocab} tokens (0 to {}).", vocab.saturating_sub(1)),
         ));
     }
-    let constraint = match &params.format {
+    let tool_grammar = match calling {
+        Some(tools) => {
+            let (tools, model, format) = (tools.clone(), app.model.clone(), app.tool_format);
+            tokio::task::spawn_blocking(move || tools.grammar(format, &model.tokenizer))
+                .await
+                .map_err(|e| ApiError::internal(format!("compiling the tools failed: {e}")))??
+        }
+        None => None,
+    };
+    let format = match tool_grammar {
+        Some(grammar) => api::Format::Constrained {
+            param: "tools",
+            grammar,
+        },
+        None => params.format.clone(),
+    };
+    let constraint = match &format {
         api::Format::Text => None,
         api::Format::Constrained { param, grammar } => {
             let (env, grammar, param) = (token_env(&app).await?, grammar.clone(), *param);
@@ -257,6 +308,7 @@ async fn complete(app: Arc<App>, kind: Kind, body: Body) -> Result<Response, Api
         model: app.model_id.clone(),
         choices: params.n,
         logprobs: params.logprobs.is_some(),
+        tools: calling.map(|_| app.tool_format),
     };
     if params.stream {
         let sse = reply::stream(reply, app.model.clone(), running, params.include_usage);
@@ -420,7 +472,7 @@ async fn wait(
 fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
     let param = match input {
         Input::Prompt(_) => "prompt",
-        Input::Messages(_) => "messages",
+        Input::Messages(..) => "messages",
     };
     let ids = match input {
         Input::Prompt(api::Prompt::Ids(ids)) => {
@@ -434,7 +486,7 @@ fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
             return Ok(ids);
         }
         Input::Prompt(api::Prompt::Text(text)) => model.tokenizer.encode(&text, false),
-        Input::Messages(messages) => {
+        Input::Messages(messages, tools) => {
             let template = model.chat_template.as_ref().ok_or_else(|| {
                 ApiError::invalid(
                     "no_chat_template",
@@ -443,7 +495,7 @@ fn tokenize(model: &Model, input: Input) -> Result<Vec<u32>, ApiError> {
                 )
             })?;
             let text = template
-                .render(&messages, true)
+                .render_with_tools(&messages, tools.as_ref(), true)
                 .map_err(|e| ApiError::bad_value("messages", e.to_string()))?;
             model.tokenizer.encode_chat(&text)
         }

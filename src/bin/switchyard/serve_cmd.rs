@@ -9,6 +9,8 @@ use switchyard::server::{
     self, ApiKey, Limits, ServerConfig, DEFAULT_BODY_LIMIT, DEFAULT_PARALLEL,
 };
 
+use switchyard::model::chat_template::ChatTemplate;
+
 use crate::model_args::ModelArgs;
 
 /// Flags of `switchyard serve`.
@@ -70,6 +72,10 @@ pub struct ServeArgs {
     /// Hugging Face model's directory name), e.g. the name a client is configured with.
     #[arg(long, visible_alias = "alias", value_name = "NAME")]
     served_model_name: Option<String>,
+    /// A Jinja chat template to use instead of the model's own (its tool support
+    /// decides how tool calls are written; the log says which form).
+    #[arg(long, value_name = "FILE")]
+    chat_template_file: Option<std::path::PathBuf>,
 }
 
 /// The environment variable `--api-key` falls back to.
@@ -122,7 +128,25 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let limits = check_limits(args)?;
     let api_key = api_key(args)?;
     let served_name = served_name(args)?;
-    let (model, runner) = args.model.load()?;
+    let (mut model, runner) = args.model.load()?;
+    if let Some(path) = &args.chat_template_file {
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("--chat-template-file {}", path.display()))?;
+        let piece = |id: Option<u32>| {
+            id.and_then(|id| model.tokenizer.token_to_piece(id).ok())
+                .unwrap_or_default()
+        };
+        let template = match &model.chat_template {
+            Some(own) => own.with_source(&source),
+            None => ChatTemplate::new(
+                &source,
+                &piece(model.tokenizer.bos()),
+                &piece(model.tokenizer.eos()),
+            ),
+        };
+        model.chat_template =
+            Some(template.with_context(|| format!("--chat-template-file {}", path.display()))?);
+    }
     let limits = match args.kv_memory {
         Some(mib) => {
             let per_position = runner.kv_bytes_per_position().max(1);
@@ -162,6 +186,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                  port can use the model (set {API_KEY_VAR} or --api-key)"
             );
         }
+        eprintln!("switchyard: tool calls: {}", server::tool_form(&model));
         eprintln!(
             "switchyard: serving {id} (context {}, {} in parallel) — listening on http://{address}",
             runner.context(),
