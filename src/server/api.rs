@@ -652,7 +652,8 @@ mod tests {
         assert_eq!(code(r#"{"stop": 3}"#), "invalid_type");
         assert_eq!(code(r#"{"n": 0}"#), "invalid_value");
         assert_eq!(code(r#"{"n": 17}"#), "invalid_value");
-        assert_eq!(code(r#"{"tools": []}"#), "unsupported_parameter");
+        assert_eq!(code(r#"{"tools": []}"#), "invalid_value");
+        assert_eq!(code(r#"{"functions": [{}]}"#), "unsupported_parameter");
         let param = |text: &str| Params::parse(&body(text), Kind::Chat).unwrap_err().param;
         let long = format!(r#"{{"stop": ["{}"]}}"#, "x".repeat(MAX_STOP_BYTES + 1));
         assert_eq!(param(&long).as_deref(), Some("stop"));
