@@ -287,7 +287,7 @@ impl CopyBackend {
 }
 
 fn compiles_nothing() -> BackendError {
-    BackendError::Device("test backend compiles nothing".into())
+    BackendError::Bug("test backend compiles nothing".into())
 }
 
 impl Backend for CopyBackend {
@@ -408,7 +408,7 @@ fn errors_are_reported_and_nothing_is_kept() {
     };
     assert!(matches!(
         store.resident("w", &liar),
-        Err(BackendError::Device(_))
+        Err(BackendError::Bug(_))
     ));
     assert_eq!(store.loads(), 0);
 }

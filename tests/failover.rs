@@ -2,7 +2,8 @@
 //! injector, dies mid-prefill or mid-decode (or cannot allocate); the runner drops it,
 //! re-plans on the CPU and the generation's greedy tokens equal a CPU-only run's. The
 //! same through the server with 8 concurrent streams: every stream completes with the
-//! tokens it gets alone on the CPU.
+//! tokens it gets alone on the CPU. A weight over the sim's buffer limit is no device
+//! failure: the plan puts its product on the CPU and says why, and nothing fails over.
 
 mod server_support;
 
@@ -12,12 +13,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use switchyard::backend::fault::{FaultKind, Faulty};
 use switchyard::backend::{
-    cpu::CpuBackend, sim::SimBackend, Backend, BackendId, BackendSet, DTypeSet,
+    cpu::CpuBackend, sim::SimBackend, Backend, BackendId, BackendSet, DTypeSet, Refusal,
 };
 use switchyard::cache::Phase;
-use switchyard::graph::DType;
+use switchyard::graph::{eliminate_dead_code, DType, OpKind};
+use switchyard::model::llama::trace_step;
 use switchyard::model::sampler::{Sampler, SamplerConfig};
 use switchyard::model::{fetch, generate, GenerateOptions, Model};
+use switchyard::plan::{self, Placement, Policy, Reason};
 use switchyard::server::{Limits, ServerConfig};
 use switchyard::step::Runner;
 
@@ -84,7 +87,7 @@ fn a_backend_lost_mid_prefill_or_mid_decode_or_out_of_memory_leaves_the_cpu_toke
         (FaultKind::LostAtRun(u64::MAX), None),
     ];
     for (kind, phase) in cases {
-        let mut faulty = runner(&model, Some(kind));
+        let mut faulty = runner(&model, Some(kind.clone()));
         let got = greedy(&mut faulty, &prompt);
         assert_eq!(got, expected, "{kind:?}");
         let failovers = faulty.failovers();
@@ -101,6 +104,68 @@ fn a_backend_lost_mid_prefill_or_mid_decode_or_out_of_memory_leaves_the_cpu_toke
             );
         }
     }
+}
+
+/// The sim holding buffers of at most 16 MiB (4 Mi f32 elements), as a smaller device
+/// would: the output head's weight (the tied 49,152 × 576 embedding, 28 Mi elements)
+/// is over it, every layer's weights are not. Its capability refuses the head's
+/// product, so the plan puts that on the CPU and says why; the layers still run on the
+/// sim, nothing fails over, and the tokens are the CPU's.
+#[test]
+fn a_weight_over_the_buffer_limit_is_placed_on_the_cpu_by_the_plan_without_failover() {
+    const LIMIT: u64 = 16 << 20;
+    let model = model();
+    let prompt = model
+        .tokenizer
+        .encode("The three primary colours are", true)
+        .unwrap();
+    let expected = greedy(&mut runner(&model, None), &prompt);
+    let mut limited = runner(&model, Some(FaultKind::BufferLimit(LIMIT)));
+    assert_eq!(greedy(&mut limited, &prompt), expected);
+    assert_eq!(limited.failovers(), []);
+    assert!(
+        limited.placement().1.contains_key("sim"),
+        "the layers stay on the sim"
+    );
+
+    let set = backends(Some(FaultKind::BufferLimit(LIMIT)));
+    let traced = trace_step(&model.config, model.weights.as_ref(), 1).unwrap();
+    let plan = plan::partition(
+        &eliminate_dead_code(&traced),
+        &set.capabilities(),
+        &Policy::default(),
+    )
+    .unwrap();
+    let g = &plan.graph;
+    let products = g.ids().filter(|&id| g.node(id).op.kind() == OpKind::MatMul);
+    let (over, under): (Vec<_>, Vec<_>) = products.partition(|&id| {
+        let weight = g.node(id).inputs[1];
+        g.node(weight).shape.numel() as u64 > LIMIT / 4
+    });
+    assert_eq!(over.len(), 1, "the output head alone is over the limit");
+    assert_eq!(
+        plan.placement[over[0].index()],
+        Placement::On(BackendId::CPU)
+    );
+    let Reason::Preferred { refused } = &plan.why[over[0].index()] else {
+        panic!("{:?}", plan.why[over[0].index()]);
+    };
+    assert!(
+        refused
+            .iter()
+            .any(|(b, why)| *b == BackendId::SIM && matches!(why, Refusal::TooLarge { .. })),
+        "{refused:?}"
+    );
+    for id in under {
+        assert_eq!(plan.placement[id.index()], Placement::On(BackendId::SIM));
+    }
+    let text = plan::to_text(&plan, &|id| set.name_of(id));
+    let why = format!(
+        "refused by sim: {} elements exceed limit {}",
+        49_152 * 576,
+        LIMIT / 4
+    );
+    assert!(text.contains(&why), "{text}");
 }
 
 /// Runs the in-process server over `runner` on a free port; returns its address.

@@ -6,7 +6,9 @@
 //! (counted exactly with `--coexec off`, where every step runs on the GPU plan). The
 //! prompt's greedy continuation is far from ties (the CPU's margin is checked), so the
 //! tokens the GPU makes before it fails are the CPU's too: this tests failover, not
-//! how two backends round a near-tie.
+//! how two backends round a near-tie. A GPU with a lowered buffer limit
+//! (`gpu:limit:BYTES`) is no failure: `plan` puts the product whose weight is over it on
+//! the CPU and says why, and `generate` keeps the rest on the GPU without failing over.
 #![cfg(feature = "gpu")]
 
 mod gpu_support;
@@ -88,6 +90,49 @@ fn a_lost_or_full_gpu_fails_over_to_the_cpu_with_the_same_tokens() {
         assert_eq!(failovers[0]["phase"], phase, "{fault}");
         assert_eq!(failovers[0]["recomputed"], recomputed, "{fault}");
     }
+}
+
+/// A GPU whose buffers hold at most 16 MiB, as a smaller adapter's would: the output
+/// head's weight (the tied 49,152 × 576 embedding, 28 Mi elements) is over it, so the
+/// plan places that product on the CPU and says so, the layers run on the GPU, nothing
+/// fails over and the clear tokens are the CPU's.
+#[test]
+fn a_weight_over_a_lowered_buffer_limit_is_placed_on_the_cpu() {
+    if gpu_support::gpu().is_none() {
+        return;
+    }
+    const FAULT: &str = "gpu:limit:16777216";
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["plan", "--backends", "cpu,gpu"])
+        .env("SWITCHYARD_FAULT", FAULT)
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let why = format!(
+        "refused by gpu: {} elements exceed limit {}",
+        49_152 * 576,
+        4 << 20
+    );
+    assert!(text.contains(&why), "{text}");
+
+    let on_cpu = generate("cpu", None, &[]);
+    let report = generate("cpu,gpu", Some(FAULT), &["--coexec", "off"]);
+    assert_eq!(
+        report["failovers"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
+    assert!(
+        report["placement"]["decode"].get("gpu").is_some(),
+        "{report}"
+    );
+    let tokens = |r: &Value| r["tokens"].as_array().unwrap()[..CLEAR_TOKENS].to_vec();
+    assert_eq!(tokens(&report), tokens(&on_cpu));
 }
 
 /// Checks `report` has the CPU's tokens and one failover of the GPU; returns the

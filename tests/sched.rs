@@ -1,11 +1,13 @@
 //! The scheduler on the default model: generations admitted at different steps and
 //! stepped together give token for token what `generate` gives each alone; a request
-//! that cannot run is refused without touching the others; a cancelled sequence leaves.
+//! that cannot run is refused without touching the others; a cancelled sequence leaves;
+//! a bug in one sequence's step fails that sequence alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KV_BLOCK};
+use switchyard::backend::fault::{FaultKind, Faulty};
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, Fault, KV_BLOCK};
 use switchyard::model::sampler::{Sampler, SamplerConfig};
 use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
@@ -167,6 +169,91 @@ fn refusals_and_cancellations_leave_the_others_running() {
     assert_ne!(ended[&2], FinishReason::Cancelled);
     assert!(Limits::new(0, 64).is_err() && Limits::new(4, 0).is_err());
     assert!(Limits::new(16, 241).is_err() && Limits::new(16, 240).is_ok());
+}
+
+/// A bug in one sequence's step (injected: the CPU fails every run whose tokens hold
+/// one id, which only one prompt has) fails that request alone: the batched step it
+/// was in runs again one sequence at a time, and the others end with the tokens each
+/// gets alone.
+#[test]
+fn a_bug_in_one_sequences_step_fails_that_request_alone() {
+    let (model, mut runner) = load();
+    let prompts: Vec<Vec<u32>> = [
+        "Name three rivers.",
+        "Why is the sky blue?",
+        "Write a haiku about a zebra.",
+        "Count to five.",
+    ]
+    .iter()
+    .map(|text| model.tokenizer.encode_chat(text).unwrap())
+    .collect();
+    let alone: Vec<Generation> = prompts
+        .iter()
+        .map(|p| {
+            let mut sampler = Sampler::new(greedy()).unwrap();
+            let options = options(&model, 12);
+            generate(
+                &mut runner,
+                &model.tokenizer,
+                &mut sampler,
+                p,
+                &options,
+                &mut |_| true,
+            )
+            .unwrap()
+        })
+        .collect();
+    // The poison: a token of the third prompt that no other prompt or generation holds.
+    let others: Vec<u32> = (0..4)
+        .filter(|&j| j != 2)
+        .flat_map(|j| prompts[j].iter().chain(&alone[j].tokens).copied())
+        .collect();
+    let poison = *prompts[2]
+        .iter()
+        .find(|t| !others.contains(t))
+        .expect("the haiku prompt has a token of its own");
+    let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(None).unwrap());
+    let fault = FaultKind::BugOn {
+        input: "tokens".into(),
+        value: poison as i32,
+    };
+    let faulty: Arc<dyn Backend> = Arc::new(Faulty::new(cpu, fault));
+    let mut runner = model.runner(BackendSet::new(vec![faulty]).unwrap(), 1024);
+    let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(4).unwrap());
+    for (id, prompt) in prompts.iter().enumerate() {
+        let request = Request {
+            prompt: prompt.clone(),
+            options: options(&model, 12),
+            sampler: greedy(),
+        };
+        scheduler.admit(&runner, id as u64, request).unwrap();
+    }
+    let mut ended = HashMap::new();
+    let mut on_event = |id: u64, event: Event<'_>| {
+        if let Event::Done(result) = event {
+            ended.insert(id as usize, result);
+        }
+        true
+    };
+    let first = scheduler.step(&mut runner, &mut on_event);
+    assert_eq!(first.sequences, 4, "every prompt rides in the first step");
+    for _ in 0..100 {
+        if scheduler.running() == 0 {
+            break;
+        }
+        scheduler.step(&mut runner, &mut on_event);
+    }
+    let failed = ended
+        .remove(&2)
+        .expect("the poisoned request ended")
+        .unwrap_err();
+    assert_eq!(failed.fault(), Some(Fault::Bug), "{failed}");
+    assert!(failed.is_internal(), "{failed}");
+    assert!(failed.to_string().contains("injected"), "{failed}");
+    for j in [0, 1, 3] {
+        let got = ended[&j].as_ref().expect("the others finish");
+        assert_eq!(got.tokens, alone[j].tokens, "request {j}");
+    }
 }
 
 #[test]

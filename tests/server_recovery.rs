@@ -3,12 +3,15 @@
 //! request in that step gets a 500, `/metrics` counts the panic, and the next requests
 //! (the same prompt, whose prefix the cache had taken, and another) get exactly what a
 //! fresh server gives them; a panic while an echoed prompt is scored fails that request
-//! alone.
+//! alone. A bug of ours in one request's step (`cpu:bug:tokens=ID`, an id only that
+//! prompt holds) fails that request alone with a 500, while the requests beside it get
+//! what a fresh server gives them.
 
 mod server_support;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use server_support::{chat, get, metric, post, Server};
+use switchyard::model::{fetch, Model};
 
 const FIRST: &str = "Name three fruits.";
 const OTHER: &str = "What is the capital of Italy?";
@@ -77,4 +80,53 @@ fn a_panic_while_scoring_an_echoed_prompt_fails_that_request_alone() {
     assert_eq!(again["choices"], expected["choices"]);
     let metrics = get(server.addr, "/metrics").text();
     assert_eq!(metric(&metrics, "switchyard_step_panics_total"), Some(1.0));
+}
+
+#[test]
+fn a_bug_in_one_requests_step_fails_that_request_alone() {
+    let prompts = [
+        "The longest rivers of the world are",
+        "The sky is blue because",
+        "A short poem about a zebra:",
+        "Counting from one: 1, 2,",
+    ];
+    let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
+    let encoded: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| model.tokenizer.encode(p, true).unwrap())
+        .collect();
+    let poison = *encoded[2]
+        .iter()
+        .find(|t| [0, 1, 3].iter().all(|&j| !encoded[j].contains(t)))
+        .expect("the poem's prompt has a token of its own");
+    let body = |p: &str| json!({"prompt": p, "max_tokens": 8, "temperature": 0});
+    let args = ["--backends", "cpu", "--ctx", "512", "--parallel", "4"];
+    let fresh = Server::start(&args);
+    let expected: Vec<Value> = prompts
+        .iter()
+        .map(|p| post(fresh.addr, "/v1/completions", &body(p)).json()["choices"].clone())
+        .collect();
+    drop(fresh);
+    let fault = format!("cpu:bug:tokens={poison}");
+    let server = Server::start_with_env(&args, &[("SWITCHYARD_FAULT", &fault)]);
+    let addr = server.addr;
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let body = body(p);
+            std::thread::spawn(move || post(addr, "/v1/completions", &body))
+        })
+        .collect();
+    for (i, handle) in handles.into_iter().enumerate() {
+        let response = handle.join().unwrap();
+        if i == 2 {
+            assert_eq!(response.status, 500, "{}", response.text());
+            let body = response.json();
+            assert_eq!(body["error"]["code"], "internal_error", "{body}");
+            assert!(body.to_string().contains("injected"), "{body}");
+        } else {
+            assert_eq!(response.status, 200, "request {i}: {}", response.text());
+            assert_eq!(response.json()["choices"], expected[i], "request {i}");
+        }
+    }
 }

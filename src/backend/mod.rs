@@ -8,6 +8,7 @@
 mod capability;
 mod counters;
 pub mod cpu;
+mod error;
 pub mod fault;
 #[cfg(feature = "gpu")]
 pub mod gpu;
@@ -21,6 +22,7 @@ mod tensor;
 
 pub use capability::{BackendId, Capability, CostHints, DTypeSet, MemorySpace, OpSet, Refusal};
 pub use counters::{DeviceCounters, RECENT_RUNS};
+pub use error::{BackendError, Fault};
 pub use kv_rows::{KvBlocks, KvRows, KV_BLOCK};
 pub use profile::{OpLabel, OpProfile, OpTime, RowsProfile};
 pub use set::BackendSet;
@@ -30,45 +32,7 @@ pub use tensor::{
     Tensor, TensorData,
 };
 
-use crate::graph::{BufferPlan, Graph, Node, OpKind, ValueId};
-
-/// Errors raised by backends while compiling or running a partition.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// A node the backend cannot run reached it (the plan should have prevented this).
-    #[error("node {node} ({op}) cannot run here: {why}")]
-    Unsupported {
-        /// The node.
-        node: ValueId,
-        /// Its op.
-        op: OpKind,
-        /// The capability's refusal.
-        why: Refusal,
-    },
-    /// A weight the graph names is not in the model.
-    #[error("weight {0:?} not found")]
-    MissingWeight(String),
-    /// A weight exists but differs from what the graph declares.
-    #[error("weight {name:?}: {detail}")]
-    WeightMismatch {
-        /// The weight's name.
-        name: String,
-        /// How it differs.
-        detail: String,
-    },
-    /// A run-time input is missing or malformed.
-    #[error("bad input: {0}")]
-    Input(String),
-    /// The KV cache is missing, too small, or has the wrong layout.
-    #[error("KV cache: {0}")]
-    KvCache(String),
-    /// A device error (allocation, submission, adapter loss).
-    #[error("device: {0}")]
-    Device(String),
-    /// `SWITCHYARD_ISA` names no kernel set, or one this CPU lacks.
-    #[error(transparent)]
-    Isa(cpu::isa::IsaError),
-}
+use crate::graph::{BufferPlan, Graph, Node, ValueId};
 
 /// One partition as handed to [`Backend::compile`].
 #[derive(Debug)]

@@ -143,7 +143,7 @@ impl WeightProvider for WeightStore {
         lock(&self.counters).uploads += 1;
         let weight = backend.upload(&host)?;
         if weight.space != space {
-            return Err(BackendError::Device(format!(
+            return Err(BackendError::Bug(format!(
                 "backend {} put weight {name:?} in {:?} but declares {space:?}",
                 backend.name(),
                 weight.space

@@ -14,6 +14,8 @@ pub enum ExecError {
     Backend {
         /// Index of the partition.
         partition: usize,
+        /// Its backend.
+        id: BackendId,
         /// Its backend's name.
         backend: String,
         /// The backend's error.
@@ -51,7 +53,22 @@ pub enum ExecError {
         from: String,
         /// Destination backend name.
         to: String,
-        /// The backend's error.
-        source: BackendError,
+        /// The backend whose call failed (for a dtype conversion between the two, the
+        /// destination).
+        at: BackendId,
+        /// The backend's error (boxed: three names beside it already make this the
+        /// largest variant).
+        source: Box<BackendError>,
     },
+}
+
+impl ExecError {
+    /// The backend that failed and its error, when a backend's call failed.
+    pub fn backend_error(&self) -> Option<(BackendId, &BackendError)> {
+        match self {
+            ExecError::Backend { id, source, .. } => Some((*id, source)),
+            ExecError::Transfer { at, source, .. } => Some((*at, source)),
+            _ => None,
+        }
+    }
 }

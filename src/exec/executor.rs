@@ -79,6 +79,7 @@ impl Executor {
                     .compile(&spec, weights)
                     .map_err(|source| ExecError::Backend {
                         partition: index,
+                        id: backend.id(),
                         backend: backend.name().to_string(),
                         source,
                     })?;
@@ -169,6 +170,7 @@ impl Executor {
                     .run(&args, state)
                     .map_err(|source| ExecError::Backend {
                         partition: index,
+                        id: backend.id(),
                         backend: backend.name().to_string(),
                         source,
                     })?;
@@ -227,7 +229,8 @@ impl Executor {
                         value: name.clone(),
                         from: "caller".into(),
                         to: backend.name().to_string(),
-                        source,
+                        at: backend.id(),
+                        source: Box::new(source),
                     })?
             };
             values[id.index()] = Some(imported);
@@ -238,21 +241,24 @@ impl Executor {
     fn transfer(&self, index: usize, values: &mut [Option<Tensor>]) -> Result<(), ExecError> {
         let t = &self.plan.transfers[index];
         let (from, to) = (self.backend(t.from)?, self.backend(t.to)?);
-        let fail = |source| ExecError::Transfer {
-            value: t.source.to_string(),
-            from: from.name().to_string(),
-            to: to.name().to_string(),
-            source,
+        let fail = |at: BackendId| {
+            move |source| ExecError::Transfer {
+                value: t.source.to_string(),
+                from: from.name().to_string(),
+                to: to.name().to_string(),
+                at,
+                source: Box::new(source),
+            }
         };
         let source = values[t.source.index()]
             .as_ref()
             .expect("transfer sources are produced before the transfer");
-        let host = from.export(source).map_err(fail)?;
-        let converted = host.converted(t.to_dtype).map_err(fail)?;
+        let host = from.export(source).map_err(fail(from.id()))?;
+        let converted = host.converted(t.to_dtype).map_err(fail(to.id()))?;
         values[t.node.index()] = Some(if to.takes_host_inputs() {
             converted
         } else {
-            to.import(converted).map_err(fail)?
+            to.import(converted).map_err(fail(to.id()))?
         });
         Ok(())
     }
@@ -268,7 +274,8 @@ impl Executor {
                 value: id.to_string(),
                 from: backend.name().to_string(),
                 to: "caller".into(),
-                source,
+                at: backend.id(),
+                source: Box::new(source),
             })
     }
 

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::backend::Fault;
+
 /// Why a model file could not be found, fetched or read. Every variant names the file
 /// (or, for metadata, the key) so that the user can tell which input is at fault.
 #[derive(Debug, thiserror::Error)]
@@ -120,17 +122,17 @@ impl ModelError {
     /// Whether this is a failure of Switchyard itself rather than of the caller's
     /// input, the model file or the machine's files: a broken invariant
     /// ([`ModelError::Internal`]), a step that failed to trace, plan, compile or run
-    /// ([`ModelError::Compile`], [`ModelError::Run`], [`ModelError::Backend`], a lost
-    /// or full device included), or logits the sampler cannot draw from (empty, or all
-    /// NaN). A server answers these with 500; everything else names what the user can
-    /// change.
+    /// ([`ModelError::Compile`], [`ModelError::Run`], [`ModelError::Backend`]) but for
+    /// a lost or full device or a device's limit ([`ModelError::fault`]), or logits the
+    /// sampler cannot draw from (empty, or all NaN). A server answers these with 500;
+    /// everything else names what the user can change.
     pub fn is_internal(&self) -> bool {
         use crate::model::sampler::SamplerError;
         match self {
-            ModelError::Internal(_)
-            | ModelError::Compile(_)
-            | ModelError::Run(_)
-            | ModelError::Backend(_) => true,
+            ModelError::Internal(_) => true,
+            ModelError::Compile(_) | ModelError::Run(_) | ModelError::Backend(_) => {
+                self.fault().is_none_or(|f| f == Fault::Bug)
+            }
             ModelError::Sampling(e) => !matches!(e, SamplerError::InvalidConfig { .. }),
             _ => false,
         }
@@ -157,6 +159,19 @@ impl ModelError {
             ),
             ModelError::Sampling(e) => matches!(e, SamplerError::InvalidConfig { .. }),
             _ => false,
+        }
+    }
+
+    /// What a backend's error behind this one asks of its handler (a lost device, out
+    /// of memory, a limit, our bug), when a backend's error is behind it.
+    pub fn fault(&self) -> Option<Fault> {
+        use crate::cache::CompileError;
+        match self {
+            ModelError::Run(e) | ModelError::Compile(CompileError::Exec(e)) => {
+                e.backend_error().map(|(_, b)| b.fault())
+            }
+            ModelError::Backend(b) => Some(b.fault()),
+            _ => None,
         }
     }
 
@@ -224,7 +239,7 @@ mod tests {
         let path = || PathBuf::from("m.gguf");
         let ours = [
             ModelError::internal("a sequence forked past its end"),
-            ModelError::Backend(BackendError::Device("device lost".into())),
+            ModelError::Backend(BackendError::Bug("a broken invariant".into())),
             ModelError::Run(ExecError::MissingInput("tokens".into())),
             ModelError::Compile(CompileError::Exec(ExecError::UnknownInput("x".into()))),
             ModelError::Sampling(SamplerError::NoCandidates(4)),
@@ -257,6 +272,23 @@ mod tests {
                 detail: "offline".into(),
             },
         ];
+        let device = [
+            BackendError::Lost("gone".into()),
+            BackendError::OutOfMemory("full".into()),
+            BackendError::limit("bytes of weight w", 9, 8),
+        ];
+        let device = device.into_iter().map(|source| {
+            ModelError::Run(ExecError::Backend {
+                partition: 1,
+                id: crate::backend::BackendId::GPU,
+                backend: "gpu".into(),
+                source,
+            })
+        });
+        for (e, fault) in device.zip([Fault::Lost, Fault::OutOfMemory, Fault::Limit]) {
+            assert_eq!(e.fault(), Some(fault), "{e:?}");
+            assert!(!e.is_internal() && !e.is_input(), "{e:?}");
+        }
         for e in &ours {
             assert!(e.is_internal() && !e.is_input(), "{e:?}");
         }

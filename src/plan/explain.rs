@@ -121,7 +121,6 @@ fn node_line(plan: &Plan, id: ValueId) -> String {
     let node = plan.graph.node(id);
     let fill = match plan.placement.get(id.index()) {
         Some(Placement::On(b)) => color(*b),
-        Some(Placement::RowSplit { a, .. }) => color(*a),
         Some(Placement::Resident) | None => "#eeeeee",
     };
     let extra = if node.op == Op::Transfer {
@@ -165,9 +164,6 @@ fn placement_name(p: Placement, names: &dyn Fn(BackendId) -> String) -> String {
     match p {
         Placement::On(b) => names(b),
         Placement::Resident => "resident".to_string(),
-        Placement::RowSplit { a, b, rho_permille } => {
-            format!("{}+{} ({rho_permille}‰)", names(a), names(b))
-        }
     }
 }
 

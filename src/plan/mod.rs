@@ -26,16 +26,6 @@ pub enum Placement {
     On(BackendId),
     /// A weight: made resident in every memory space that reads it, never transferred.
     Resident,
-    /// A linear node split by rows: the first `rho_permille / 1000` of the output rows
-    /// on `a`, the rest on `b`, concurrently. Filled in by co-execution.
-    RowSplit {
-        /// Backend for the first rows (the CPU).
-        a: BackendId,
-        /// Backend for the remaining rows (the GPU).
-        b: BackendId,
-        /// Share of rows on `a`, in thousandths.
-        rho_permille: u16,
-    },
 }
 
 /// Why a node was placed where it is.
@@ -176,12 +166,6 @@ impl Plan {
                     writer.u8(b.0);
                 }
                 Placement::Resident => writer.u8(1),
-                Placement::RowSplit { a, b, rho_permille } => {
-                    writer.u8(2);
-                    writer.u8(a.0);
-                    writer.u8(b.0);
-                    writer.u32(rho_permille as u32);
-                }
             }
         }
         writer.u64(self.partitions.len() as u64);

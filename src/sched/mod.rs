@@ -8,6 +8,5 @@ mod scheduler;
 
 pub use prefix::{PrefixCache, PrefixStats};
 pub use scheduler::{
-    Event, Failure, Fit, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS,
-    DEFAULT_PREFIXES,
+    Event, Fit, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS, DEFAULT_PREFIXES,
 };

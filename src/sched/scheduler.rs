@@ -8,7 +8,9 @@ use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 
 use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
-use crate::step::{step_bucket, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK};
+use crate::step::{
+    step_bucket, Returned, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
+};
 
 /// How much the scheduler runs at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,15 +126,6 @@ pub struct Request {
     pub sampler: SamplerConfig,
 }
 
-/// Why a sequence failed.
-#[derive(Debug)]
-pub enum Failure {
-    /// Its own request was refused (context, sampler, tokens).
-    Model(ModelError),
-    /// The step it was part of failed; every sequence of that step gets this.
-    Step(String),
-}
-
 /// What the scheduler tells its caller about a sequence.
 pub enum Event<'a> {
     /// A new piece of its text, with the log-probabilities of the tokens generated since
@@ -144,8 +137,10 @@ pub enum Event<'a> {
         /// One entry per token, in order.
         logprobs: &'a [TokenLogprobs],
     },
-    /// It ended; its last event.
-    Done(Result<Generation, Failure>),
+    /// It ended; its last event. A failure keeps its kind (the request's mistake, a
+    /// device's limit, our bug) and is this sequence's own: a failed batched step is
+    /// run again one sequence at a time before any sequence fails.
+    Done(Result<Generation, ModelError>),
 }
 
 /// What one step did.
@@ -353,7 +348,7 @@ impl<'t> Scheduler<'t> {
                 true if slot.decoding.greedy_only(&slot.sampler) => Returns::Token,
                 true => Returns::Logits,
             };
-            stepped.push((i, logits));
+            stepped.push((i, returns));
             if logits && slot.decoding.constrained() {
                 masks.push(&mut slot.decoding);
             }
@@ -377,30 +372,62 @@ impl<'t> Scheduler<'t> {
             }),
         };
         drop(work);
-        let logits = match result {
-            Ok(logits) => logits,
-            Err(e) => {
-                let what = e.to_string();
-                for &(i, _) in stepped.iter().rev() {
-                    let slot = self.slots.remove(i);
-                    on_event(slot.id, Event::Done(Err(Failure::Step(what.clone()))));
+        // Per stepped sequence, where its return is (which output, which row), or why
+        // its step failed. A failed batch of several is run again one sequence at a
+        // time, so only the sequences whose own step fails get an error (decision 173).
+        let mut outputs = Vec::new();
+        let mut outcomes: Vec<Result<(usize, usize), ModelError>> = Vec::new();
+        match result {
+            Ok(output) => {
+                outputs.push(output);
+                let mut row = 0;
+                for &(_, returns) in &stepped {
+                    outcomes.push(Ok((0, row)));
+                    row += usize::from(returns.head());
                 }
-                return report;
             }
-        };
+            Err(e) if stepped.len() == 1 => outcomes.push(Err(e.into())),
+            Err(e) => {
+                log::warn!(
+                    "a batched step of {} sequences failed ({e}); running each alone",
+                    stepped.len()
+                );
+                for &(i, returns) in &stepped {
+                    let seq = &mut self.slots[i].seq;
+                    let tokens = &plan[i];
+                    match runner.forward_batch(&mut [Work {
+                        seq,
+                        tokens,
+                        returns,
+                    }]) {
+                        Ok(alone) => {
+                            outcomes.push(Ok((outputs.len(), 0)));
+                            outputs.push(alone);
+                        }
+                        Err(e) => outcomes.push(Err(e.into())),
+                    }
+                }
+            }
+        }
+        let rows: Vec<Vec<Returned<'_>>> = outputs.iter().map(|o| o.iter().collect()).collect();
         let mut ended = Vec::new();
-        // Rows for the sequences that asked (decodes, prompts' last chunks), in order.
-        let mut rows = logits.iter();
-        for &(i, asked) in &stepped {
+        for (&(i, returns), outcome) in stepped.iter().zip(outcomes) {
+            let (output, row) = match outcome {
+                Ok(at) => at,
+                Err(e) => {
+                    ended.push((i, Some(e)));
+                    continue;
+                }
+            };
             let slot = &mut self.slots[i];
             if slot.next.is_none() {
                 slot.prefilled += plan[i].len();
-                if !asked {
+                if !returns.head() {
                     continue;
                 }
                 self.prefixes.insert_running(&slot.prompt, &mut slot.seq);
             }
-            let Some(returned) = rows.next() else {
+            let Some(&returned) = rows[output].get(row) else {
                 let missing = ModelError::internal("a batched step returned too few logits");
                 ended.push((i, Some(missing)));
                 continue;
@@ -422,13 +449,13 @@ impl<'t> Scheduler<'t> {
             let mut slot = self.slots.remove(i);
             let id = slot.id;
             let result = match error {
-                Some(e) => Err(Failure::Model(e)),
+                Some(e) => Err(e),
                 None => {
                     self.prefixes.insert(&slot.prompt, &mut slot.seq);
                     let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
                         on_event(id, Event::Text { text, logprobs })
                     };
-                    slot.decoding.finish(&mut on_piece).map_err(Failure::Model)
+                    slot.decoding.finish(&mut on_piece)
                 }
             };
             on_event(id, Event::Done(result));
@@ -442,7 +469,7 @@ impl<'t> Scheduler<'t> {
             let mut slot = self.slots.remove(i);
             self.prefixes.insert(&slot.prompt, &mut slot.seq);
             let mut quiet = |_: &str, _: &[TokenLogprobs]| false;
-            let result = slot.decoding.finish(&mut quiet).map_err(Failure::Model);
+            let result = slot.decoding.finish(&mut quiet);
             on_event(id, Event::Done(result));
         }
     }

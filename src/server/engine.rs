@@ -19,7 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::metrics::{GateSnapshot, Metrics};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, TokenLogprobs};
-use crate::sched::{self, Failure, Fit, Limits, Request, Scheduler};
+use crate::sched::{self, Fit, Limits, Request, Scheduler};
 use crate::step::Runner;
 
 /// How often an idle engine looks at the shutdown flag.
@@ -91,8 +91,6 @@ pub(crate) enum EngineError {
     Model(Box<ModelError>),
     /// The generation panicked; the engine carried on with the next job.
     Panicked(String),
-    /// The batched step the job was part of failed (every job in it gets this).
-    StepFailed(String),
     /// The server stopped before or while running the job.
     ShuttingDown,
 }
@@ -487,8 +485,7 @@ fn deliver(
             metrics.running_add(-1);
             let result = match result {
                 Ok(generation) => Ok(outcome(metrics, &job, generation)),
-                Err(Failure::Model(e)) => Err(EngineError::Model(Box::new(e))),
-                Err(Failure::Step(what)) => Err(EngineError::StepFailed(what)),
+                Err(e) => Err(EngineError::Model(Box::new(e))),
             };
             let result = match result {
                 Ok(o)

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::engine::EngineError;
+use crate::backend::Fault;
 use crate::model::ModelError;
 
 /// An error a request ends with, rendered as OpenAI renders its errors.
@@ -21,7 +22,7 @@ pub(crate) struct ApiError {
     pub param: Option<String>,
     /// What went wrong, for a person.
     pub message: String,
-    /// Seconds for a `Retry-After` header (429 only).
+    /// Seconds for a `Retry-After` header (429, and 503 where waiting may help).
     pub retry_after: Option<u64>,
 }
 
@@ -125,6 +126,20 @@ impl ApiError {
         )
     }
 
+    /// A 503 for a step the device could not run: out of memory or at a limit (retry
+    /// later, when other requests have ended), or lost.
+    pub fn device(error: &ModelError) -> Self {
+        let (code, retry_after) = match error.fault() {
+            Some(Fault::OutOfMemory) => ("device_out_of_memory", Some(1)),
+            Some(Fault::Limit) => ("device_limit", Some(1)),
+            _ => ("device_lost", None),
+        };
+        ApiError {
+            retry_after,
+            ..ApiError::server(StatusCode::SERVICE_UNAVAILABLE, code, error.to_string())
+        }
+    }
+
     /// A 5xx `server_error`.
     pub fn server(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
@@ -169,8 +184,10 @@ impl IntoResponse for ApiError {
 
 impl From<ModelError> for ApiError {
     /// The request's fault (an empty prompt, past the context, bad sampler settings)
-    /// is a 400; ours ([`ModelError::is_internal`]) a 500 `internal_error`; anything
-    /// else (the model file, the machine) a 500 `generation_failed`.
+    /// is a 400; a device that is out of memory or at a limit, or lost where failover
+    /// could not act (the fallback's own), a 503 ([`ModelError::fault`]); ours
+    /// ([`ModelError::is_internal`]) a 500 `internal_error`; anything else (the model
+    /// file, the machine) a 500 `generation_failed`.
     fn from(error: ModelError) -> Self {
         match error {
             e @ ModelError::ContextFull { .. } => {
@@ -178,6 +195,7 @@ impl From<ModelError> for ApiError {
             }
             ModelError::Input(message) => ApiError::invalid("invalid_value", None, message),
             e if e.is_input() => ApiError::invalid("invalid_value", None, e.to_string()),
+            e if e.fault().is_some_and(|f| f != Fault::Bug) => ApiError::device(&e),
             e if e.is_internal() => ApiError::internal(e.to_string()),
             e => ApiError::server(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -196,11 +214,6 @@ impl From<EngineError> for ApiError {
             EngineError::Panicked(what) => {
                 ApiError::internal(format!("The generation failed unexpectedly: {what}"))
             }
-            EngineError::StepFailed(what) => ApiError::server(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "generation_failed",
-                format!("The batched step running this generation failed: {what}"),
-            ),
             EngineError::ShuttingDown => ApiError::shutting_down(),
         }
     }
@@ -240,7 +253,7 @@ mod tests {
         let internal = [
             ModelError::internal("a sequence was admitted without room"),
             ModelError::Run(ExecError::MissingInput("tokens".into())),
-            ModelError::Backend(BackendError::Device("device lost".into())),
+            ModelError::Backend(BackendError::Bug("a slot too small".into())),
             ModelError::Sampling(SamplerError::NoCandidates(3)),
         ];
         for e in internal {
@@ -276,5 +289,45 @@ mod tests {
             (500, "generation_failed")
         );
         assert_eq!(file.body()["error"]["type"], "server_error");
+    }
+
+    /// A device that is out of memory or at a limit is a 503 the client may retry; a
+    /// lost one failover could not replace a 503 without a retry hint; never a 500.
+    #[test]
+    fn device_faults_are_503s() {
+        use crate::backend::{BackendError, BackendId};
+        use crate::exec::ExecError;
+        let run = |source| {
+            ModelError::Run(ExecError::Backend {
+                partition: 0,
+                id: BackendId::CPU,
+                backend: "cpu".into(),
+                source,
+            })
+        };
+        let cases = [
+            (
+                run(BackendError::OutOfMemory("x".into())),
+                "device_out_of_memory",
+                Some(1),
+            ),
+            (
+                run(BackendError::limit("blocks of the KV pool", 9, 8)),
+                "device_limit",
+                Some(1),
+            ),
+            (
+                ModelError::Backend(BackendError::Lost("x".into())),
+                "device_lost",
+                None,
+            ),
+        ];
+        for (error, code, retry_after) in cases {
+            let text = error.to_string();
+            let api = ApiError::from(EngineError::Model(Box::new(error)));
+            assert_eq!((api.status.as_u16(), api.code), (503, code), "{text}");
+            assert_eq!(api.retry_after, retry_after, "{text}");
+            assert_eq!(api.message, text);
+        }
     }
 }

@@ -1,5 +1,8 @@
 //! Why a step failed: the caller's input, or Switchyard itself.
 
+use crate::backend::{BackendError, BackendId};
+use crate::cache::CompileError;
+
 /// A failed step, typed so that the caller's mistakes ([`StepError::Input`],
 /// [`StepError::ContextFull`]) stay apart from ours (everything else).
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +33,15 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// The backend whose call failed and its error, when a partition's compile or run
+    /// or a transfer failed (failover reads the error's [`crate::backend::Fault`] off it).
+    pub fn backend_error(&self) -> Option<(BackendId, &BackendError)> {
+        match self {
+            StepError::Run(e) | StepError::Compile(CompileError::Exec(e)) => e.backend_error(),
+            _ => None,
+        }
+    }
+
     /// A [`StepError::Internal`] saying what invariant broke.
     pub fn internal(detail: impl Into<String>) -> StepError {
         StepError::Internal(detail.into())

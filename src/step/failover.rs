@@ -1,5 +1,5 @@
-//! Failover: when a backend other than the fallback fails with a device error (lost,
-//! out of memory) while compiling or running a step, the runner drops it from its
+//! Failover: when a backend other than the fallback fails with a lost device or out of
+//! memory ([`crate::backend::Fault::fails_over`]) while compiling or running a step, the runner drops it from its
 //! backend set, forgets everything compiled or resident for it, re-plans the step on
 //! the survivors and runs it again. A sequence whose KV rows lived on the lost device
 //! is recomputed from its tokens before its next step. After a panic, [`Runner::reset`]
@@ -7,9 +7,8 @@
 
 use serde::Serialize;
 
-use crate::backend::{BackendError, BackendId};
-use crate::cache::{CompileError, Phase};
-use crate::exec::ExecError;
+use crate::backend::BackendId;
+use crate::cache::Phase;
 
 use super::{Runner, Sequence, StepError};
 
@@ -72,30 +71,12 @@ impl Runner {
         true
     }
 
-    /// The backend whose device error `error` is, when it is one the runner can drop.
+    /// The backend that `error` says is lost or out of memory, when the runner can drop
+    /// it (it is live and not the fallback).
     fn failed_device(&self, error: &StepError) -> Option<BackendId> {
-        let exec = match error {
-            StepError::Run(e) | StepError::Compile(CompileError::Exec(e)) => e,
-            _ => return None,
-        };
-        let names: [&str; 2] = match exec {
-            ExecError::Backend {
-                backend,
-                source: BackendError::Device(_),
-                ..
-            } => [backend, backend],
-            ExecError::Transfer {
-                from,
-                to,
-                source: BackendError::Device(_),
-                ..
-            } => [from, to],
-            _ => return None,
-        };
-        self.backends
-            .iter()
-            .find(|b| b.id() != self.policy.fallback && names.contains(&b.name()))
-            .map(|b| b.id())
+        let (id, source) = error.backend_error()?;
+        let droppable = id != self.policy.fallback && self.backends.get(id).is_some();
+        (droppable && source.fault().fails_over()).then_some(id)
     }
 
     /// Recomputes `seq` from its tokens when its newest KV rows were on a backend that

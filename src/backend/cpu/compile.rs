@@ -123,9 +123,7 @@ impl CpuPartition {
                 .slot(id)
                 .filter(|&s| slot_bytes.get(s).is_some_and(|&b| b >= bytes))
                 .ok_or_else(|| {
-                    BackendError::Device(format!(
-                        "buffer plan has no slot of {bytes} bytes for {id}"
-                    ))
+                    BackendError::Bug(format!("buffer plan has no slot of {bytes} bytes for {id}"))
                 })?;
             let mut operands = Vec::with_capacity(node.inputs.len());
             for &input in &node.inputs {
@@ -133,7 +131,7 @@ impl CpuPartition {
                     Source::Input(i)
                 } else if let Some(&s) = computed.get(&input) {
                     if s == slot {
-                        return Err(BackendError::Device(format!(
+                        return Err(BackendError::Bug(format!(
                             "buffer plan puts {id} in the slot of its operand {input}"
                         )));
                     }
@@ -435,7 +433,7 @@ fn run_siblings(
         for ((s, out), w) in run.iter().zip(&mut outs).zip(&weights) {
             let target: &mut [f32] =
                 bytemuck::try_cast_slice_mut(&mut out.as_bytes_mut()[..s.bytes])
-                    .map_err(|e| BackendError::Device(format!("slot of {} as f32: {e}", s.id)))?;
+                    .map_err(|e| BackendError::Bug(format!("slot of {} as f32: {e}", s.id)))?;
             let (target, padding) = target.split_at_mut((live * w.rows()).min(target.len()));
             padding.fill(0.0);
             targets.push(target);

@@ -52,7 +52,7 @@ impl CpuBackend {
             .num_threads(threads)
             .thread_name(|i| format!("switchyard-cpu-{i}"))
             .build()
-            .map_err(|e| BackendError::Device(format!("cannot start CPU thread pool: {e}")))?;
+            .map_err(|e| BackendError::OutOfMemory(format!("cannot start CPU thread pool: {e}")))?;
         Ok(CpuBackend {
             capability: capability::detect(threads),
             pool: Arc::new(pool),

@@ -3,7 +3,7 @@
 //! a staging buffer). Device errors are captured and returned, never panicked on.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use wgpu::util::DeviceExt;
@@ -40,7 +40,9 @@ pub(super) struct Gpu {
     pub features: wgpu::Features,
     pub limits: wgpu::Limits,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
-    uncaptured: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<BackendError>>>,
+    /// Set by wgpu's device-lost callback: every error after it is a lost device's.
+    lost: Arc<AtomicBool>,
     /// The mappable buffer reads go through, kept and grown, never made per read.
     staging: Mutex<Option<wgpu::Buffer>>,
     /// What this device has done, for [`DeviceCounters`].
@@ -173,11 +175,17 @@ impl Gpu {
             adapter: info.name.clone(),
             detail: e.to_string(),
         })?;
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            log::error!("GPU lost ({reason:?}): {message}");
+            flag.store(true, Ordering::SeqCst);
+        });
         let uncaptured = Arc::new(Mutex::new(None));
-        let sink = uncaptured.clone();
+        let (sink, flag) = (uncaptured.clone(), lost.clone());
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             log::error!("GPU error: {e}");
-            *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+            *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(typed(&flag, "GPU", &e));
         }));
         Ok(Gpu {
             device,
@@ -187,6 +195,7 @@ impl Gpu {
             limits,
             pipelines: Mutex::new(HashMap::new()),
             uncaptured,
+            lost,
             staging: Mutex::new(None),
             tally: Tally::default(),
         })
@@ -240,26 +249,34 @@ impl Gpu {
         Ok(pipeline)
     }
 
-    /// Runs `make` inside a validation error scope; a validation error becomes a
-    /// [`BackendError::Device`] naming `what`.
+    /// Runs `make` inside validation and out-of-memory error scopes; an error becomes
+    /// a [`BackendError`] of its kind naming `what`.
     pub fn checked<T>(&self, what: &str, make: impl FnOnce() -> T) -> Result<T, BackendError> {
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let memory = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let value = make();
-        match pollster::block_on(scope.pop()) {
-            Some(e) => Err(BackendError::Device(format!("{what}: {e}"))),
+        // Scopes pop innermost first; both must be popped.
+        let out_of_memory = pollster::block_on(memory.pop());
+        let invalid = pollster::block_on(validation.pop());
+        match out_of_memory.or(invalid) {
+            Some(e) => Err(typed(&self.lost, what, &e)),
             None => Ok(value),
         }
     }
 
-    /// The last error wgpu reported outside any scope (lost device, failed submit).
+    /// The last error wgpu reported outside any scope (failed submit), or that the
+    /// device is lost.
     pub fn take_uncaptured(&self) -> Result<(), BackendError> {
-        match self
+        let error = self
             .uncaptured
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            Some(e) => Err(BackendError::Device(e)),
+            .take();
+        match error {
+            Some(e) => Err(e),
+            None if self.lost.load(Ordering::SeqCst) => {
+                Err(BackendError::Lost("the GPU device is lost".into()))
+            }
             None => Ok(()),
         }
     }
@@ -343,11 +360,11 @@ impl Gpu {
         });
         self.wait()?;
         rx.recv()
-            .map_err(|_| BackendError::Device("readback never completed".into()))?
-            .map_err(|e| BackendError::Device(format!("readback map failed: {e}")))?;
+            .map_err(|_| BackendError::Lost("readback never completed".into()))?
+            .map_err(|e| BackendError::Lost(format!("readback map failed: {e}")))?;
         let view = staging
             .get_mapped_range(..size)
-            .map_err(|e| BackendError::Device(format!("readback view: {e}")))?;
+            .map_err(|e| BackendError::Bug(format!("readback view: {e}")))?;
         let out = AlignedBytes::copy_from(&view[..bytes]);
         drop(view);
         staging.unmap();
@@ -397,7 +414,7 @@ impl Gpu {
     pub fn write_mapped(&self, buffer: &wgpu::Buffer, bytes: &[u8]) -> Result<(), BackendError> {
         let mut view = buffer
             .get_mapped_range_mut(..padded(bytes.len()))
-            .map_err(|e| BackendError::Device(format!("upload view: {e}")))?;
+            .map_err(|e| BackendError::Bug(format!("upload view: {e}")))?;
         view.slice(..bytes.len()).copy_from_slice(bytes);
         drop(view);
         buffer.unmap();
@@ -443,8 +460,23 @@ impl Gpu {
         Tally::add(&self.tally.waits, 1);
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| BackendError::Device(format!("waiting for the GPU: {e}")))?;
+            .map_err(|e| BackendError::Lost(format!("waiting for the GPU: {e}")))?;
         self.take_uncaptured()
+    }
+}
+
+/// wgpu's error as a [`BackendError`] of its kind: any error once the device is
+/// `lost` (wgpu then refuses every call as invalid) or an internal one (the driver
+/// failed in a way WebGPU does not expect) as a lost device, out of memory as such, a
+/// validation error as our bug (we built something the API refuses).
+fn typed(lost: &AtomicBool, what: &str, error: &wgpu::Error) -> BackendError {
+    if lost.load(Ordering::SeqCst) {
+        return BackendError::Lost(format!("{what}: {error}"));
+    }
+    match error {
+        wgpu::Error::OutOfMemory { .. } => BackendError::OutOfMemory(format!("{what}: {error}")),
+        wgpu::Error::Validation { .. } => BackendError::Bug(format!("{what}: {error}")),
+        wgpu::Error::Internal { .. } => BackendError::Lost(format!("{what}: {error}")),
     }
 }
 

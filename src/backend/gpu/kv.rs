@@ -112,9 +112,11 @@ impl KvPool {
                 / self.block_bytes();
             let grown = needed.max(state.blocks * 2).max(FIRST_BLOCKS).min(limit);
             if grown < needed {
-                return Err(BackendError::KvCache(format!(
-                    "the GPU KV pool holds at most {limit} blocks of {BLOCK} positions (the adapter's buffer limit); {needed} are needed: use fewer parallel sequences or a smaller --ctx"
-                )));
+                return Err(BackendError::limit(
+                    format!("blocks of {BLOCK} positions in the GPU KV pool (the adapter's buffer limit; use fewer parallel sequences or a smaller --ctx)"),
+                    needed as u64,
+                    limit as u64,
+                ));
             }
             self.grow(&mut state, grown);
         }

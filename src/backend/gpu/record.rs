@@ -50,17 +50,19 @@ pub(super) fn dispatch(
     let pipeline = gpu.pipeline(&source.name, &source.wgsl)?;
     let storage = buffers.len() as u32;
     if storage > gpu.limits.max_storage_buffers_per_shader_stage {
-        return Err(BackendError::Device(format!(
-            "{} binds {storage} storage buffers; the adapter allows {}",
-            source.name, gpu.limits.max_storage_buffers_per_shader_stage
-        )));
+        return Err(BackendError::limit(
+            format!("storage buffers bound by {}", source.name),
+            storage.into(),
+            gpu.limits.max_storage_buffers_per_shader_stage.into(),
+        ));
     }
     let limit = gpu.limits.max_compute_workgroups_per_dimension;
-    if groups.iter().any(|&g| g > limit) {
-        return Err(BackendError::Device(format!(
-            "{} needs {groups:?} workgroups; the adapter allows {limit} per dimension",
-            source.name
-        )));
+    if let Some(&over) = groups.iter().find(|&&g| g > limit) {
+        return Err(BackendError::limit(
+            format!("workgroups per dimension of {}", source.name),
+            over.into(),
+            limit.into(),
+        ));
     }
     let uniform = gpu.uniform(&source.name, params);
     let bind_group = gpu.checked(&source.name, || {
@@ -98,7 +100,11 @@ pub(super) fn fold(gpu: &Gpu, groups: u32) -> (u32, u32) {
 /// A `u32` kernel parameter, or an error when `value` does not fit.
 pub(super) fn word(what: &str, value: usize) -> Result<u32, BackendError> {
     u32::try_from(value).map_err(|_| {
-        BackendError::Device(format!("{what} = {value} exceeds the GPU's 32-bit indices"))
+        BackendError::limit(
+            format!("{what} (a 32-bit GPU index)"),
+            value as u64,
+            u32::MAX.into(),
+        )
     })
 }
 

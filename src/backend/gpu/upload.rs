@@ -122,10 +122,8 @@ impl Upload {
         }
         match self.get() {
             Map::Mapped => Ok(()),
-            Map::Failed(e) => Err(BackendError::Device(format!(
-                "mapping the step upload: {e}"
-            ))),
-            state => Err(BackendError::Device(format!(
+            Map::Failed(e) => Err(BackendError::Lost(format!("mapping the step upload: {e}"))),
+            state => Err(BackendError::Bug(format!(
                 "the step upload is {state:?} after a wait"
             ))),
         }

@@ -45,9 +45,13 @@ pub(super) fn upload(
     };
     let size = bytes.len() as u64;
     if size > gpu.limits.max_storage_buffer_binding_size || size > gpu.limits.max_buffer_size {
-        return Err(BackendError::Device(format!(
-            "weight {name} ({size} bytes) exceeds the adapter's buffer limit"
-        )));
+        return Err(BackendError::limit(
+            format!("bytes of weight {name}"),
+            size,
+            gpu.limits
+                .max_storage_buffer_binding_size
+                .min(gpu.limits.max_buffer_size),
+        ));
     }
     let buffer = gpu.checked(name, || gpu.storage_with(name, &bytes))?;
     Ok(GpuWeight {

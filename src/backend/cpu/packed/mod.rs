@@ -784,9 +784,7 @@ pub(crate) fn matmul_many(
         return float::matmul(x, m, ws, outs);
     }
     let kernel = kernel().ok_or_else(|| {
-        BackendError::Device(
-            "packed weights need AVX2 or AVX-512 VNNI, which this CPU lacks".into(),
-        )
+        BackendError::Bug("packed weights need AVX2 or AVX-512 VNNI, which this CPU lacks".into())
     })?;
     matmul_with(kernel, x, m, ws, outs)
 }

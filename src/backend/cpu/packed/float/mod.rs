@@ -347,9 +347,7 @@ pub(super) fn matmul(
         return Ok(());
     };
     let kernel = kernel(first.kind, m, first.k).ok_or_else(|| {
-        BackendError::Device(
-            "packed f16/bf16 weights need AVX2 and FMA, which this CPU lacks".into(),
-        )
+        BackendError::Bug("packed f16/bf16 weights need AVX2 and FMA, which this CPU lacks".into())
     })?;
     matmul_with(kernel, x, m, ws, outs);
     Ok(())
