@@ -1,5 +1,7 @@
-//! `x · Wᵀ` for `x [M, K]` in f32 and `W [N, K]` of any weight dtype: `gemm` for f32
-//! weights, integer kernels for Q4_0/Q4_1/Q8_0, SIMD float kernels for F16/BF16
+//! `x · Wᵀ` for `x [M, K]` in f32 and `W [N, K]` of any weight dtype that is not packed
+//! (`packed/`; where the CPU has packed kernels, only Q2_K and Q3_K weights and f32
+//! ones come here): `gemm` for f32 weights, the portable integer kernels for the
+//! 32-weight block formats and the K-quants, the portable float kernels for F16/BF16
 //! ([`super::matmul_float`]), and for other dtypes `gemm` on tiles of dequantized rows,
 //! or per-row dot products in parallel over `N` when `M` is small (decode).
 
@@ -376,9 +378,7 @@ mod tests {
         }
     }
 
-    /// F16 and BF16 weights on the decode (`m ≤ 4`) and prefill paths. Activations
-    /// are bf16 values, so the bf16 dot product (which rounds them to bf16) computes the
-    /// same products as the f64 reference.
+    /// F16 and BF16 weights on the decode (`m ≤ 4`) and prefill paths.
     #[test]
     fn f16_and_bf16_weights_match_naive() {
         let k = 64;

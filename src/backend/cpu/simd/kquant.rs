@@ -2,16 +2,13 @@
 //! activations quantized per row to [`BlockQ8K`] (ggml's Q8_K: one f32 scale, 256
 //! `i8`, the sums of each 16), the way llama.cpp does: sub-block scales multiply
 //! integer partial sums, minima and offsets come from the block sums, and each
-//! super-block costs one f32 multiply-add. AVX2 where the CPU has it (AVX-512 CPUs
-//! take the same kernels), the portable scalar twins elsewhere.
-
-use std::sync::OnceLock;
+//! super-block costs one f32 multiply-add. Portable: where the CPU has packed kernels,
+//! every such matmul weight is packed (`packed/`), so these serve only CPUs without
+//! them and the scalar cap (decision 175).
 
 use bytemuck::{Pod, Zeroable};
 
 use super::scalar_k;
-#[cfg(target_arch = "x86_64")]
-use crate::backend::cpu::isa::{allows, Isa};
 use crate::backend::BackendError;
 use crate::graph::DType;
 
@@ -91,96 +88,14 @@ impl BlockIQ4XS {
     }
 }
 
-/// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j`, rows of
-/// `x.len()` super-blocks.
-type RowsFn<B> = fn(&[B], &[BlockQ8K], &mut [f32]);
-
-/// One implementation of every K-quant kernel.
-#[derive(Clone, Copy)]
-pub(super) struct KTable {
-    pub(super) q4_k: RowsFn<BlockQ4K>,
-    pub(super) q5_k: RowsFn<BlockQ5K>,
-    pub(super) q6_k: RowsFn<BlockQ6K>,
-    pub(super) iq4_xs: RowsFn<BlockIQ4XS>,
-}
-
-impl KTable {
-    /// The portable kernels.
-    pub(super) const SCALAR: KTable = KTable {
-        q4_k: scalar_k::rows_q4_k,
-        q5_k: scalar_k::rows_q5_k,
-        q6_k: scalar_k::rows_q6_k,
-        iq4_xs: scalar_k::rows_iq4_xs,
-    };
-
-    /// The AVX2 kernels when this CPU supports them.
-    #[cfg(target_arch = "x86_64")]
-    pub(super) fn avx2() -> Option<KTable> {
-        let ok = allows(Isa::Avx2)
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c");
-        ok.then_some(KTable {
-            q4_k: x86::q4_k,
-            q5_k: x86::q5_k,
-            q6_k: x86::q6_k,
-            iq4_xs: x86::iq4_xs,
-        })
-    }
-
-    /// The best table for this CPU, chosen on first use.
-    fn get() -> &'static KTable {
-        static TABLE: OnceLock<KTable> = OnceLock::new();
-        TABLE.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            if let Some(t) = KTable::avx2() {
-                return t;
-            }
-            KTable::SCALAR
-        })
-    }
-
-    /// `out[j] = w row j · x` with `kind`'s kernel, or `None` when `w` is not whole rows
-    /// of `x.len() ≥ 1` super-blocks with one output each.
-    pub(super) fn dot(
-        &self,
-        kind: KQuantKind,
-        w: &[u8],
-        x: &[BlockQ8K],
-        out: &mut [f32],
-    ) -> Option<()> {
-        match kind {
-            KQuantKind::Q4K => run(w, x.len(), out.len(), |w| (self.q4_k)(w, x, out)),
-            KQuantKind::Q5K => run(w, x.len(), out.len(), |w| (self.q5_k)(w, x, out)),
-            KQuantKind::Q6K => run(w, x.len(), out.len(), |w| (self.q6_k)(w, x, out)),
-            KQuantKind::IQ4XS => run(w, x.len(), out.len(), |w| (self.iq4_xs)(w, x, out)),
-        }
-    }
-}
-
-/// Safe entry points to the AVX2 kernels, installed only by [`KTable::avx2`] after the
-/// features were detected.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::super::avx2_k;
-    use super::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
-
-    /// Safe wrappers of `avx2_k::$name` for a table built after feature detection.
-    macro_rules! wrap {
-        ($($name:ident($b:ty);)*) => {$(
-            pub(super) fn $name(w: &[$b], x: &[BlockQ8K], out: &mut [f32]) {
-                // SAFETY: only reachable through a table built after detecting
-                // avx2/fma/f16c.
-                unsafe { avx2_k::$name(w, x, out) }
-            }
-        )*};
-    }
-
-    wrap! {
-        q4_k(BlockQ4K);
-        q5_k(BlockQ5K);
-        q6_k(BlockQ6K);
-        iq4_xs(BlockIQ4XS);
+/// `out[j] = w row j · x` with `kind`'s kernel, or `None` when `w` is not whole rows of
+/// `x.len() ≥ 1` super-blocks with one output each.
+fn dot(kind: KQuantKind, w: &[u8], x: &[BlockQ8K], out: &mut [f32]) -> Option<()> {
+    match kind {
+        KQuantKind::Q4K => run(w, x.len(), out.len(), |w| scalar_k::rows_q4_k(w, x, out)),
+        KQuantKind::Q5K => run(w, x.len(), out.len(), |w| scalar_k::rows_q5_k(w, x, out)),
+        KQuantKind::Q6K => run(w, x.len(), out.len(), |w| scalar_k::rows_q6_k(w, x, out)),
+        KQuantKind::IQ4XS => run(w, x.len(), out.len(), |w| scalar_k::rows_iq4_xs(w, x, out)),
     }
 }
 
@@ -252,7 +167,7 @@ pub(crate) fn dot_rows_k(
     out: &mut [f32],
 ) -> Result<(), BackendError> {
     let n = out.len();
-    KTable::get().dot(kind, w, x, out).ok_or_else(|| {
+    dot(kind, w, x, out).ok_or_else(|| {
         BackendError::Input(format!(
             "K-quant dot: {} weight bytes are not {n} rows of {} super-blocks",
             w.len(),

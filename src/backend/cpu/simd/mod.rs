@@ -1,18 +1,17 @@
-//! Quantized dot-product kernels behind a dispatch table chosen once per process:
-//! AVX2 (with FMA and F16C) where the CPU has it, the portable scalar twins elsewhere.
+//! Quantized activations and the portable integer dot products of unpacked weights.
 //!
 //! Activations are quantized per row to [`BlockQ8`] (ggml's Q8_1: 32 `i8` with a scale
-//! and the scaled sum), and each weight block is dotted with them in integers, the way
-//! llama.cpp does for the 32-weight formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL. Prefill interleaves four
-//! activation rows per block ([`BlockQ8x4`]) so each unpacked weight block serves four
-//! rows, their scales handled as one vector.
+//! and the scaled sum), by an AVX2 kernel where the CPU has it (the packed kernels'
+//! activations, `packed/`) or its scalar twin. Unpacked weights of the 32-weight formats
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL are dotted with them in integers, the way
+//! llama.cpp does; prefill interleaves four activation rows per block ([`BlockQ8x4`]) so
+//! each weight block serves four rows. Those weights are unpacked only where the CPU
+//! has no packed kernel (no AVX2 + FMA + F16C, or the kernel set capped at `scalar`):
+//! on every CPU with one, each such matmul weight is packed at compile time, so the dot
+//! products here are the scalar ones (decision 175).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx2_k;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
 mod kquant;
 mod scalar;
 mod scalar_k;
@@ -114,199 +113,66 @@ pub(crate) struct BlockIQ4NL {
     qs: [u8; 16],
 }
 
-/// `rows(w, x, out)`: `out[j] = w row j · x` for every weight row `j` of `w`, rows of
-/// `x.len()` blocks.
-type RowsFn<B> = fn(&[B], &[BlockQ8], &mut [f32]);
+/// `quantize(x, out, shared)`: [`scalar::quantize_row`]'s contract.
+type QuantizeFn = fn(&[f32], &mut [BlockQ8], usize);
 
-/// `rows_x4(w, x, out, stride)`: `out[j·stride + i] = w row j · x row i` for `i < 4`,
-/// rows of `x.len()` interleaved blocks.
-type RowsX4Fn<B> = fn(&[B], &[BlockQ8x4], &mut [f32], usize);
-
-/// One implementation of every kernel.
-#[derive(Clone, Copy)]
-struct Table {
-    quantize: fn(&[f32], &mut [BlockQ8], usize),
-    q4_0: RowsFn<BlockQ4_0>,
-    q4_1: RowsFn<BlockQ4_1>,
-    q8_0: RowsFn<BlockQ8_0>,
-    q5_0: RowsFn<BlockQ5_0>,
-    q5_1: RowsFn<BlockQ5_1>,
-    iq4_nl: RowsFn<BlockIQ4NL>,
-    q4_0_x4: RowsX4Fn<BlockQ4_0>,
-    q4_1_x4: RowsX4Fn<BlockQ4_1>,
-    q8_0_x4: RowsX4Fn<BlockQ8_0>,
-    q5_0_x4: RowsX4Fn<BlockQ5_0>,
-    q5_1_x4: RowsX4Fn<BlockQ5_1>,
-    iq4_nl_x4: RowsX4Fn<BlockIQ4NL>,
+/// The activation quantizer of this CPU, chosen on first use: AVX2 where the CPU has
+/// AVX2, FMA and F16C and the kernel set allows it (every packed kernel's activations
+/// come through it), the scalar twin elsewhere.
+fn quantizer() -> QuantizeFn {
+    static QUANTIZE: OnceLock<QuantizeFn> = OnceLock::new();
+    *QUANTIZE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(q) = avx2_quantizer() {
+            return q;
+        }
+        scalar::quantize_row
+    })
 }
 
-impl Table {
-    const SCALAR: Table = Table {
-        quantize: scalar::quantize_row,
-        q4_0: scalar::rows_q4_0,
-        q4_1: scalar::rows_q4_1,
-        q8_0: scalar::rows_q8_0,
-        q5_0: scalar::rows_q5_0,
-        q5_1: scalar::rows_q5_1,
-        iq4_nl: scalar::rows_iq4_nl,
-        q4_0_x4: scalar::rows_q4_0_x4,
-        q4_1_x4: scalar::rows_q4_1_x4,
-        q8_0_x4: scalar::rows_q8_0_x4,
-        q5_0_x4: scalar::rows_q5_0_x4,
-        q5_1_x4: scalar::rows_q5_1_x4,
-        iq4_nl_x4: scalar::rows_iq4_nl_x4,
-    };
-
-    /// The AVX2 table when this CPU supports it.
-    #[cfg(target_arch = "x86_64")]
-    fn avx2() -> Option<Table> {
-        let ok = allows(Isa::Avx2)
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c");
-        ok.then_some(Table {
-            quantize: x86::quantize,
-            q4_0: x86::q4_0,
-            q4_1: x86::q4_1,
-            q8_0: x86::q8_0,
-            q5_0: x86::q5_0,
-            q5_1: x86::q5_1,
-            iq4_nl: x86::iq4_nl,
-            q4_0_x4: x86::q4_0_x4,
-            q4_1_x4: x86::q4_1_x4,
-            q8_0_x4: x86::q8_0_x4,
-            q5_0_x4: x86::q5_0_x4,
-            q5_1_x4: x86::q5_1_x4,
-            iq4_nl_x4: x86::iq4_nl_x4,
-        })
-    }
-
-    /// The AVX-512 VNNI table when this CPU supports it (and AVX2, whose helpers the
-    /// kernels share).
-    #[cfg(target_arch = "x86_64")]
-    fn avx512() -> Option<Table> {
-        let avx2 = Table::avx2()?;
-        let ok = allows(Isa::Avx512)
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni");
-        ok.then_some(Table {
-            quantize: avx2.quantize,
-            q4_0: x86::vnni_q4_0,
-            q4_1: x86::vnni_q4_1,
-            q8_0: x86::vnni_q8_0,
-            q5_0: x86::vnni_q5_0,
-            q5_1: x86::vnni_q5_1,
-            iq4_nl: x86::vnni_iq4_nl,
-            q4_0_x4: x86::vnni_q4_0_x4,
-            q4_1_x4: x86::vnni_q4_1_x4,
-            q8_0_x4: x86::vnni_q8_0_x4,
-            q5_0_x4: x86::vnni_q5_0_x4,
-            q5_1_x4: x86::vnni_q5_1_x4,
-            iq4_nl_x4: x86::vnni_iq4_nl_x4,
-        })
-    }
-
-    /// `out[j] = w row j · x` with `kind`'s kernel, or `None` when the shapes do not fit
-    /// (see [`run`]).
-    fn dot(&self, kind: QuantKind, w: &[u8], x: &[BlockQ8], out: &mut [f32]) -> Option<()> {
-        let (nb, n) = (x.len(), out.len());
-        match kind {
-            QuantKind::Q4_0 => run(w, nb, n, 1, |w| (self.q4_0)(w, x, out)),
-            QuantKind::Q4_1 => run(w, nb, n, 1, |w| (self.q4_1)(w, x, out)),
-            QuantKind::Q8_0 => run(w, nb, n, 1, |w| (self.q8_0)(w, x, out)),
-            QuantKind::Q5_0 => run(w, nb, n, 1, |w| (self.q5_0)(w, x, out)),
-            QuantKind::Q5_1 => run(w, nb, n, 1, |w| (self.q5_1)(w, x, out)),
-            QuantKind::IQ4NL => run(w, nb, n, 1, |w| (self.iq4_nl)(w, x, out)),
-        }
-    }
-
-    /// `out[j·stride + i] = w row j · x row i` with `kind`'s four-row kernel, or `None`
-    /// when the shapes do not fit (see [`run`]).
-    fn dot_x4(
-        &self,
-        kind: QuantKind,
-        w: &[u8],
-        x: &[BlockQ8x4],
-        out: &mut [f32],
-        st: usize,
-    ) -> Option<()> {
-        let (nb, n) = (x.len(), out.len());
-        match kind {
-            QuantKind::Q4_0 => run(w, nb, n, st, |w| (self.q4_0_x4)(w, x, out, st)),
-            QuantKind::Q4_1 => run(w, nb, n, st, |w| (self.q4_1_x4)(w, x, out, st)),
-            QuantKind::Q8_0 => run(w, nb, n, st, |w| (self.q8_0_x4)(w, x, out, st)),
-            QuantKind::Q5_0 => run(w, nb, n, st, |w| (self.q5_0_x4)(w, x, out, st)),
-            QuantKind::Q5_1 => run(w, nb, n, st, |w| (self.q5_1_x4)(w, x, out, st)),
-            QuantKind::IQ4NL => run(w, nb, n, st, |w| (self.iq4_nl_x4)(w, x, out, st)),
-        }
-    }
-
-    /// The best table for this CPU, chosen on first use.
-    fn get() -> &'static Table {
-        static TABLE: OnceLock<Table> = OnceLock::new();
-        TABLE.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            if let Some(t) = Table::avx512().or_else(Table::avx2) {
-                return t;
-            }
-            Table::SCALAR
-        })
-    }
-}
-
-/// Safe entry points to the AVX2 and AVX-512 kernels, installed only by
-/// [`Table::avx2`] and [`Table::avx512`] after the features were detected.
+/// The AVX2 quantizer when this CPU supports it.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{
-        avx2, avx512, BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8, BlockQ8_0,
-        BlockQ8x4,
-    };
+fn avx2_quantizer() -> Option<QuantizeFn> {
+    let ok = allows(Isa::Avx2)
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    ok.then_some(avx2_quantize as QuantizeFn)
+}
 
-    pub(super) fn quantize(x: &[f32], out: &mut [BlockQ8], shared: usize) {
-        // SAFETY: only reachable through a table built after detecting avx2/fma/f16c.
-        unsafe { avx2::quantize_row(x, out, shared) }
+/// Safe entry point to [`avx2::quantize_row`], handed out only by [`avx2_quantizer`]
+/// after the features were detected.
+#[cfg(target_arch = "x86_64")]
+fn avx2_quantize(x: &[f32], out: &mut [BlockQ8], shared: usize) {
+    // SAFETY: only reachable after detecting avx2/fma/f16c.
+    unsafe { avx2::quantize_row(x, out, shared) }
+}
+
+/// `out[j] = w row j · x` with `kind`'s kernel, or `None` when the shapes do not fit
+/// (see [`run`]).
+fn dot(kind: QuantKind, w: &[u8], x: &[BlockQ8], out: &mut [f32]) -> Option<()> {
+    let (nb, n) = (x.len(), out.len());
+    match kind {
+        QuantKind::Q4_0 => run(w, nb, n, 1, |w| scalar::rows_q4_0(w, x, out)),
+        QuantKind::Q4_1 => run(w, nb, n, 1, |w| scalar::rows_q4_1(w, x, out)),
+        QuantKind::Q8_0 => run(w, nb, n, 1, |w| scalar::rows_q8_0(w, x, out)),
+        QuantKind::Q5_0 => run(w, nb, n, 1, |w| scalar::rows_q5_0(w, x, out)),
+        QuantKind::Q5_1 => run(w, nb, n, 1, |w| scalar::rows_q5_1(w, x, out)),
+        QuantKind::IQ4NL => run(w, nb, n, 1, |w| scalar::rows_iq4_nl(w, x, out)),
     }
+}
 
-    /// Safe wrappers of `$m::$f` (as `$name`) for a table built after feature detection.
-    macro_rules! wrap {
-        ($($name:ident = $m:ident::$f:ident($b:ty, $x:ty $(, $stride:ident)?);)*) => {$(
-            pub(super) fn $name(w: &[$b], x: &[$x], out: &mut [f32] $(, $stride: usize)?) {
-                // SAFETY: only reachable through a table built after detecting the
-                // features `$m` requires (avx2/fma/f16c, plus avx512f/bw/vl/vnni for
-                // `avx512`).
-                unsafe { $m::$f(w, x, out $(, $stride)?) }
-            }
-        )*};
-    }
-
-    wrap! {
-        q4_0 = avx2::q4_0(BlockQ4_0, BlockQ8);
-        q4_1 = avx2::q4_1(BlockQ4_1, BlockQ8);
-        q8_0 = avx2::q8_0(BlockQ8_0, BlockQ8);
-        q5_0 = avx2::q5_0(BlockQ5_0, BlockQ8);
-        q5_1 = avx2::q5_1(BlockQ5_1, BlockQ8);
-        iq4_nl = avx2::iq4_nl(BlockIQ4NL, BlockQ8);
-        q4_0_x4 = avx2::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
-        q4_1_x4 = avx2::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
-        q8_0_x4 = avx2::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
-        q5_0_x4 = avx2::q5_0_x4(BlockQ5_0, BlockQ8x4, stride);
-        q5_1_x4 = avx2::q5_1_x4(BlockQ5_1, BlockQ8x4, stride);
-        iq4_nl_x4 = avx2::iq4_nl_x4(BlockIQ4NL, BlockQ8x4, stride);
-        vnni_q4_0 = avx512::q4_0(BlockQ4_0, BlockQ8);
-        vnni_q4_1 = avx512::q4_1(BlockQ4_1, BlockQ8);
-        vnni_q8_0 = avx512::q8_0(BlockQ8_0, BlockQ8);
-        vnni_q5_0 = avx512::q5_0(BlockQ5_0, BlockQ8);
-        vnni_q5_1 = avx512::q5_1(BlockQ5_1, BlockQ8);
-        vnni_iq4_nl = avx512::iq4_nl(BlockIQ4NL, BlockQ8);
-        vnni_q4_0_x4 = avx512::q4_0_x4(BlockQ4_0, BlockQ8x4, stride);
-        vnni_q4_1_x4 = avx512::q4_1_x4(BlockQ4_1, BlockQ8x4, stride);
-        vnni_q8_0_x4 = avx512::q8_0_x4(BlockQ8_0, BlockQ8x4, stride);
-        vnni_q5_0_x4 = avx512::q5_0_x4(BlockQ5_0, BlockQ8x4, stride);
-        vnni_q5_1_x4 = avx512::q5_1_x4(BlockQ5_1, BlockQ8x4, stride);
-        vnni_iq4_nl_x4 = avx512::iq4_nl_x4(BlockIQ4NL, BlockQ8x4, stride);
+/// `out[j·stride + i] = w row j · x row i` with `kind`'s four-row kernel, or `None`
+/// when the shapes do not fit (see [`run`]).
+fn dot_x4(kind: QuantKind, w: &[u8], x: &[BlockQ8x4], out: &mut [f32], st: usize) -> Option<()> {
+    let (nb, n) = (x.len(), out.len());
+    match kind {
+        QuantKind::Q4_0 => run(w, nb, n, st, |w| scalar::rows_q4_0_x4(w, x, out, st)),
+        QuantKind::Q4_1 => run(w, nb, n, st, |w| scalar::rows_q4_1_x4(w, x, out, st)),
+        QuantKind::Q8_0 => run(w, nb, n, st, |w| scalar::rows_q8_0_x4(w, x, out, st)),
+        QuantKind::Q5_0 => run(w, nb, n, st, |w| scalar::rows_q5_0_x4(w, x, out, st)),
+        QuantKind::Q5_1 => run(w, nb, n, st, |w| scalar::rows_q5_1_x4(w, x, out, st)),
+        QuantKind::IQ4NL => run(w, nb, n, st, |w| scalar::rows_iq4_nl_x4(w, x, out, st)),
     }
 }
 
@@ -369,7 +235,7 @@ pub(crate) fn quantize_rows_shared(
     if nb == 0 || m == 0 {
         return Ok(xq);
     }
-    let quantize = Table::get().quantize;
+    let quantize = quantizer();
     if m * k >= QUANTIZE_PARALLEL_MIN {
         xq.par_chunks_mut(nb)
             .zip(x.par_chunks(k))
@@ -392,9 +258,7 @@ pub(crate) fn dot_rows(
     out: &mut [f32],
 ) -> Result<(), BackendError> {
     let n = out.len();
-    Table::get()
-        .dot(kind, w, x, out)
-        .ok_or_else(|| shape_error(w.len(), x.len(), n, 1))
+    dot(kind, w, x, out).ok_or_else(|| shape_error(w.len(), x.len(), n, 1))
 }
 
 /// `out[j·stride + i] = Σ_k w[j, k]·x[i, k]` for every row `j` of `w` and the four
@@ -407,9 +271,7 @@ pub(crate) fn dot_rows_x4(
     stride: usize,
 ) -> Result<(), BackendError> {
     let n = out.len();
-    Table::get()
-        .dot_x4(kind, w, x, out, stride)
-        .ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
+    dot_x4(kind, w, x, out, stride).ok_or_else(|| shape_error(w.len(), x.len(), n, stride))
 }
 
 /// Runs `f` on `w` as blocks `B` when it is whole rows of `nb ≥ 1` blocks and `n_out`

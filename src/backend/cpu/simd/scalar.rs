@@ -1,7 +1,6 @@
-//! Portable twins of the SIMD kernels: the reference the SIMD versions are tested
-//! against, and the implementation on CPUs without them. Same contracts as the
-//! [`super::Table`] entries: weight rows of `x.len()` blocks; any tail that does not
-//! fill a whole row or block is ignored (callers check sizes).
+//! Portable kernels: the activation quantizer (the AVX2 one's twin) and the integer
+//! dot products of unpacked weights, weight rows of `x.len()` blocks; any tail that does
+//! not fill a whole row or block is ignored (callers check sizes).
 
 use half::f16;
 

@@ -1,5 +1,5 @@
-//! Portable twins of the K-quant kernels in [`super::avx2_k`]: the reference those are
-//! tested against, and the implementation on CPUs without AVX2. Weight rows of
+//! Portable K-quant dot products of unpacked weights (see [`super::kquant`]), the
+//! implementation on CPUs without packed kernels. Weight rows of
 //! `x.len()` super-blocks; a tail that does not fill a row is ignored (callers check).
 
 use half::f16;

@@ -1,11 +1,9 @@
-//! Every SIMD kernel against its scalar twin on random data with odd sizes, and the
-//! scalar kernels against f32 arithmetic on dequantized values.
+//! The AVX2 activation quantizer against its scalar twin, and the portable dot kernels
+//! against f64 arithmetic on dequantized values, alone and interleaved.
 
 use half::f16;
 
-use super::{
-    dot_rows, dot_rows_x4, interleave_x4, quantize_rows_shared, BlockQ8, QuantKind, Table, QK,
-};
+use super::{dot_rows, dot_rows_x4, interleave_x4, quantize_rows_shared, BlockQ8, QuantKind, QK};
 use crate::backend::cpu::kernels::testutil::lcg;
 use crate::graph::DType;
 
@@ -31,46 +29,37 @@ fn weights(kind: QuantKind, rows: usize, nb: usize, seed: u64) -> Vec<u8> {
 
 fn quantized(x: &[f32]) -> Vec<BlockQ8> {
     let mut q = vec![BlockQ8::default(); x.len() / QK];
-    (Table::SCALAR.quantize)(x, &mut q, 1);
+    super::scalar::quantize_row(x, &mut q, 1);
     q
 }
 
+/// The AVX2 quantizer where this CPU has one.
 #[cfg(target_arch = "x86_64")]
-fn simd_table() -> Option<Table> {
-    Table::avx2()
+fn simd_quantizer() -> Option<super::QuantizeFn> {
+    super::avx2_quantizer()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn simd_table() -> Option<Table> {
+fn simd_quantizer() -> Option<super::QuantizeFn> {
     None
 }
 
-#[cfg(target_arch = "x86_64")]
-fn avx512_table() -> Option<Table> {
-    Table::avx512()
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512_table() -> Option<Table> {
-    None
-}
-
-/// Runs `kind`'s kernels from table `t` over `rows` weight rows and the `xr` rows of
+/// Runs `kind`'s kernels over `rows` weight rows and the `xr` rows of
 /// `x` (`nb` blocks each): row by row when `xr` is 1, else interleaved by four with an
 /// output stride wider than the group (the gaps must stay untouched). Returns
 /// `out [rows, xr]`.
-fn run(t: &Table, kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usize) -> Vec<f32> {
+fn run(kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usize) -> Vec<f32> {
     let nb = x.len() / xr;
     if xr == 1 {
         let mut out = vec![f32::NAN; rows];
-        t.dot(kind, w, x, &mut out).unwrap();
+        dot_rows(kind, w, x, &mut out).unwrap();
         return out;
     }
     let x4 = interleave_x4(x, xr, nb);
     let stride = 4 * x4.len() / nb + 2;
     let mut out = vec![f32::NAN; rows * stride];
     for (g, xg) in x4.chunks(nb).enumerate() {
-        t.dot_x4(kind, w, xg, &mut out[4 * g..], stride).unwrap();
+        dot_rows_x4(kind, w, xg, &mut out[4 * g..], stride).unwrap();
     }
     for row in out.chunks(stride) {
         assert!(row[stride - 2..].iter().all(|v| v.is_nan()), "gap written");
@@ -84,7 +73,7 @@ fn run(t: &Table, kind: QuantKind, w: &[u8], x: &[BlockQ8], xr: usize, rows: usi
 
 #[test]
 fn quantize_matches_scalar_exactly() {
-    let Some(simd) = simd_table() else { return };
+    let Some(simd) = simd_quantizer() else { return };
     for (seed, blocks) in [(1, 1), (2, 3), (3, 18), (4, 48)] {
         let mut x: Vec<f32> = lcg(seed, blocks * QK).iter().map(|v| v * 7.0).collect();
         // Exact ties (x·id = n + 0.5), an all-zero block and a constant block.
@@ -94,13 +83,13 @@ fn quantize_matches_scalar_exactly() {
             x[2 * QK..3 * QK].fill(-0.3);
         }
         let mut got = vec![BlockQ8::default(); blocks];
-        (simd.quantize)(&x, &mut got, 1);
+        simd(&x, &mut got, 1);
         assert_eq!(got, quantized(&x), "{blocks} blocks");
         if blocks % 8 == 0 {
             // One scale per eight blocks (Q8_K's per 256 values), the largest |x| of all.
             let mut want = vec![BlockQ8::default(); blocks];
-            (Table::SCALAR.quantize)(&x, &mut want, 8);
-            (simd.quantize)(&x, &mut got, 8);
+            super::scalar::quantize_row(&x, &mut want, 8);
+            simd(&x, &mut got, 8);
             assert_eq!(got, want, "{blocks} blocks, 8 sharing a scale");
             for (x, group) in x.chunks(8 * QK).zip(want.chunks(8)) {
                 let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -133,51 +122,6 @@ const KINDS: [(QuantKind, DType); 6] = [
     (QuantKind::IQ4NL, DType::IQ4NL),
 ];
 
-/// Every kernel of `simd` against its scalar twin over several block counts, odd
-/// weight-row counts and 1..5 or 17 activation rows.
-fn check_dot_kernels(simd: &Table) {
-    for (kind, _) in KINDS {
-        for (nb, rows) in [(1, 3), (2, 5), (18, 7), (48, 2)] {
-            let w = weights(kind, rows, nb, 10 + nb as u64);
-            for xr in [1, 2, 3, 4, 5, 17] {
-                let x = quantized(&lcg(20 + xr as u64, xr * nb * QK));
-                let want = run(&Table::SCALAR, kind, &w, &x, xr, rows);
-                let got = run(simd, kind, &w, &x, xr, rows);
-                for (g, s) in got.iter().zip(&want) {
-                    // Only the summation order differs: f32 rounding, relative to size.
-                    let ok = (g - s).abs() <= 1e-5 * (1.0 + s.abs());
-                    assert!(ok, "{kind:?} nb {nb} rows {rows} xr {xr}: {g} vs {s}");
-                }
-                // Row by row and interleaved agree too.
-                if xr > 1 {
-                    for (i, xi) in x.chunks(nb).enumerate() {
-                        let single = run(&Table::SCALAR, kind, &w, xi, 1, rows);
-                        for (j, v) in single.iter().enumerate() {
-                            let g = want[j * xr + i];
-                            assert!((g - v).abs() <= 1e-5 * (1.0 + v.abs()), "{kind:?} x4 vs x1");
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn dot_kernels_match_scalar_twins() {
-    let Some(simd) = simd_table() else { return };
-    check_dot_kernels(&simd);
-}
-
-#[test]
-fn avx512_dot_kernels_match_scalar_twins() {
-    let Some(simd) = avx512_table() else {
-        println!("skipped: this CPU lacks AVX-512 F/BW/VL + VNNI (or AVX2/FMA/F16C)");
-        return;
-    };
-    check_dot_kernels(&simd);
-}
-
 #[test]
 fn scalar_dots_equal_f32_dots_of_dequantized_values() {
     let nb = 3;
@@ -191,7 +135,7 @@ fn scalar_dots_equal_f32_dots_of_dequantized_values() {
             .iter()
             .flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32))
             .collect();
-        let got = run(&Table::SCALAR, kind, &w, &x, 1, 2);
+        let got = run(kind, &w, &x, 1, 2);
         for (j, wrow) in wf.chunks(nb * QK).enumerate() {
             let want: f64 = wrow
                 .iter()
@@ -235,20 +179,20 @@ fn checked_entry_points_reject_bad_shapes() {
 /// Batch invariance: a row of `x` gets bit-for-bit the same dot products whether it
 /// runs alone (decode) or interleaved with others (a batched step), so a sequence's
 /// greedy tokens do not depend on which others share its step.
-fn check_x4_equals_x1_bitwise(t: &Table, name: &str) {
+fn check_x4_equals_x1_bitwise() {
     for (kind, _) in KINDS {
         for (nb, rows) in [(1, 3), (18, 7), (48, 5)] {
             let w = weights(kind, rows, nb, 50 + nb as u64);
             let xr = 6;
             let x = quantized(&lcg(60 + nb as u64, xr * nb * QK));
-            let together = run(t, kind, &w, &x, xr, rows);
+            let together = run(kind, &w, &x, xr, rows);
             for (i, xi) in x.chunks(nb).enumerate() {
-                let alone = run(t, kind, &w, xi, 1, rows);
+                let alone = run(kind, &w, xi, 1, rows);
                 for (j, v) in alone.iter().enumerate() {
                     assert_eq!(
                         together[j * xr + i].to_bits(),
                         v.to_bits(),
-                        "{name} {kind:?} nb {nb}: row {i} alone {v} vs batched {}",
+                        "{kind:?} nb {nb}: row {i} alone {v} vs batched {}",
                         together[j * xr + i]
                     );
                 }
@@ -259,11 +203,5 @@ fn check_x4_equals_x1_bitwise(t: &Table, name: &str) {
 
 #[test]
 fn interleaved_rows_equal_single_rows_bitwise() {
-    check_x4_equals_x1_bitwise(&Table::SCALAR, "scalar");
-    if let Some(t) = simd_table() {
-        check_x4_equals_x1_bitwise(&t, "avx2");
-    }
-    if let Some(t) = avx512_table() {
-        check_x4_equals_x1_bitwise(&t, "avx512");
-    }
+    check_x4_equals_x1_bitwise();
 }

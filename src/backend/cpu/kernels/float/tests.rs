@@ -1,28 +1,10 @@
-//! Every SIMD float kernel against its scalar twin and against an f64 product.
+//! The portable float kernels against an f64 product and an independent decoding of
+//! every two-byte bit pattern.
 
 use half::{bf16, f16};
 
 use super::super::testutil::lcg;
 use super::*;
-
-/// Every table this CPU can run, the AVX-512 one also without its bf16 dot product
-/// (so the widening bf16 kernel is covered on CPUs that have both).
-fn tables() -> Vec<Table> {
-    #[allow(unused_mut)]
-    let mut t = vec![Table::SCALAR];
-    #[cfg(target_arch = "x86_64")]
-    {
-        t.extend(Table::avx2());
-        if let Some(a) = Table::avx512() {
-            t.push(a);
-            t.push(Table {
-                bf16_dot: None,
-                ..a
-            });
-        }
-    }
-    t
-}
 
 /// `values` stored as `kind` (little-endian), and the stored values back as f32.
 fn encode(kind: FloatKind, values: &[f32]) -> (Vec<u8>, Vec<f32>) {
@@ -55,89 +37,23 @@ fn reference(w: &[f32], x: &[f32], k: usize) -> Vec<(f64, f64)> {
 }
 
 #[test]
-fn every_table_matches_its_twin_and_the_f64_product() {
-    for (ti, t) in tables().into_iter().enumerate() {
-        for kind in [FloatKind::F16, FloatKind::Bf16] {
-            for k in [1, 7, 16, 31, 33, 64, 100, 576] {
-                for m in 1..=MAX_ROWS {
-                    let n = 19;
-                    let (wb, w) = encode(kind, &lcg(k as u64 * 7 + m as u64, n * k));
-                    let x: Vec<f32> = lcg(k as u64 + 100 * m as u64, m * k)
-                        .iter()
-                        .map(|v| 3.0 * v)
-                        .collect();
-                    let act = Activations::for_table(&t, kind, &x);
-                    let mut got = vec![0.0; n * m];
-                    dot_rows_with(&t, kind, &wb, &act, k, &mut got).unwrap();
-                    let mut twin = vec![0.0; n * m];
-                    let x_used: Vec<f32> = match &act {
-                        Activations::F32(x) => {
-                            let f = match kind {
-                                FloatKind::F16 => scalar::rows_f16,
-                                FloatKind::Bf16 => scalar::rows_bf16,
-                            };
-                            f(&wb, x, k, &mut twin);
-                            x.to_vec()
-                        }
-                        Activations::Bf16(xb) => {
-                            scalar::rows_bf16_dot(&wb, xb, k, &mut twin);
-                            xb.iter().map(|&b| bf16::from_bits(b).to_f32()).collect()
-                        }
-                    };
-                    let what = format!("table {ti} {kind:?} k {k} m {m}");
-                    for (c, &(exact, bound)) in reference(&w, &x_used, k).iter().enumerate() {
-                        let (g, tw) = (got[c] as f64, twin[c] as f64);
-                        assert!((g - exact).abs() <= bound, "{what} [{c}]: {g} vs {exact}");
-                        assert!(
-                            (tw - exact).abs() <= bound,
-                            "{what} twin [{c}]: {tw} vs {exact}"
-                        );
-                        assert!(
-                            (g - tw).abs() <= 2.0 * bound,
-                            "{what} [{c}]: {g} vs twin {tw}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn bf16_activations_are_rounded_to_nearest_even() {
-    let x = [1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -2.5, 1e-40];
-    let bits = round_to_bf16(&x);
-    let back: Vec<f32> = bits.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
-    // 1 + 2⁻⁸ is halfway between 1 and 1 + 2⁻⁷: ties go to the even mantissa (1.0);
-    // 1 + 3·2⁻⁸ is halfway between 1 + 2⁻⁷ and 1 + 2⁻⁶: ties go to 1 + 2⁻⁶.
-    assert_eq!(back[..3], [1.0, 1.0 + 4.0 / 256.0, -2.5]);
-    assert!(back[3].abs() < 1e-38 && back[3] >= 0.0);
-}
-
-#[test]
-fn every_table_widens_every_bit_pattern_exactly() {
-    let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
-    for (ti, t) in tables().into_iter().enumerate() {
-        for (kind, widen) in [
-            (FloatKind::F16, t.f16_widen),
-            (FloatKind::Bf16, t.bf16_widen),
-        ] {
-            // Odd lengths and offsets exercise the vector body and the scalar tail.
-            for (start, len) in [(0, 65536), (3, 13), (1001, 7)] {
-                let b = &bytes[2 * start..2 * (start + len)];
-                let mut got = vec![0.0; len];
-                let mut want = vec![0.0; len];
-                widen(b, &mut got);
-                match kind {
-                    FloatKind::F16 => scalar::f16_to_f32(b, &mut want),
-                    FloatKind::Bf16 => scalar::bf16_to_f32(b, &mut want),
-                }
-                for (c, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+fn dot_rows_match_the_f64_product() {
+    for kind in [FloatKind::F16, FloatKind::Bf16] {
+        for k in [1, 7, 16, 31, 33, 64, 100, 576] {
+            for m in 1..=MAX_ROWS {
+                let n = 19;
+                let (wb, w) = encode(kind, &lcg(k as u64 * 7 + m as u64, n * k));
+                let x: Vec<f32> = lcg(k as u64 + 100 * m as u64, m * k)
+                    .iter()
+                    .map(|v| 3.0 * v)
+                    .collect();
+                let mut got = vec![0.0; n * m];
+                dot_rows(kind, &wb, &x, k, &mut got).unwrap();
+                for (c, &(exact, bound)) in reference(&w, &x, k).iter().enumerate() {
+                    let g = got[c] as f64;
                     assert!(
-                        same,
-                        "table {ti} {kind:?} element {}: {g} vs {w}",
-                        start + c
+                        (g - exact).abs() <= bound,
+                        "{kind:?} k {k} m {m} [{c}]: {g} vs {exact}"
                     );
                 }
             }
@@ -145,19 +61,44 @@ fn every_table_widens_every_bit_pattern_exactly() {
     }
 }
 
+/// The f16 bit pattern `b` decoded from its fields, in f64.
+fn f16_fields(b: u16) -> f64 {
+    let sign = if b >> 15 == 1 { -1.0 } else { 1.0 };
+    let (e, m) = (i32::from((b >> 10) & 0x1F), f64::from(b & 0x3FF));
+    sign * match e {
+        0 => m * 2f64.powi(-24),
+        31 if m == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        _ => (1024.0 + m) * 2f64.powi(e - 25),
+    }
+}
+
+#[test]
+fn widening_decodes_every_bit_pattern_exactly() {
+    let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+    for kind in [FloatKind::F16, FloatKind::Bf16] {
+        let mut got = vec![0.0; 65536];
+        widen(kind, &bytes, &mut got).unwrap();
+        for (b, &g) in (0..=u16::MAX).zip(&got) {
+            let want = match kind {
+                FloatKind::F16 => f16_fields(b),
+                FloatKind::Bf16 => f64::from(f32::from_bits(u32::from(b) << 16)),
+            };
+            let same = f64::from(g) == want || (g.is_nan() && want.is_nan());
+            assert!(same, "{kind:?} {b:#06x}: {g} vs {want}");
+        }
+    }
+}
+
 #[test]
 fn malformed_shapes_are_errors() {
     let x = [0.0f32; 8];
-    let act = Activations::F32(&x);
     let mut out = [0.0; 4];
     // 5 activation rows of 1 is more than the kernels take.
-    let five = Activations::F32(&x[..5]);
-    assert!(dot_rows(FloatKind::F16, &[0; 2], &five, 1, &mut out[..1]).is_err());
+    assert!(dot_rows(FloatKind::F16, &[0; 2], &x[..5], 1, &mut out[..1]).is_err());
     // Weights not whole rows; outputs not covering them; k of zero.
-    assert!(dot_rows(FloatKind::F16, &[0; 7], &act, 4, &mut out[..2]).is_err());
-    assert!(dot_rows(FloatKind::F16, &[0; 16], &act, 4, &mut out[..3]).is_err());
-    assert!(dot_rows(FloatKind::F16, &[0; 16], &act, 0, &mut out).is_err());
-    let bf = Activations::Bf16(vec![0; 4]);
-    assert!(dot_rows(FloatKind::F16, &[0; 8], &bf, 4, &mut out[..1]).is_err());
+    assert!(dot_rows(FloatKind::F16, &[0; 7], &x, 4, &mut out[..2]).is_err());
+    assert!(dot_rows(FloatKind::F16, &[0; 16], &x, 4, &mut out[..3]).is_err());
+    assert!(dot_rows(FloatKind::F16, &[0; 16], &x, 0, &mut out).is_err());
     assert!(widen(FloatKind::Bf16, &[0; 3], &mut out[..1]).is_err());
 }
