@@ -19,7 +19,7 @@ mod gpu_single_op;
 mod gpu_support;
 
 use gpu_data::{quantized, Lcg};
-use gpu_single_op::{both, cpu, matmul_graph, relative_error, Weights};
+use gpu_single_op::{both, cpu, f64_product, matmul_graph, relative_error, Weights};
 
 use std::sync::Arc;
 
@@ -52,29 +52,6 @@ fn embedding_graph(dtype: DType, rows: usize, d: usize, ids: usize) -> Graph {
     g.finish(vec![out]).unwrap()
 }
 
-/// `x · wᵀ` in f64, with each `block` activations first quantized to 8 bits (ties to
-/// even, scale max|x|/127) when there is one.
-fn reference(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, block: Option<usize>) -> Vec<f32> {
-    let mut xs: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-    if let Some(block) = block {
-        for (block, out) in x.chunks(block).zip(xs.chunks_mut(block)) {
-            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let inv = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-            for (v, o) in block.iter().zip(out) {
-                *o = (v * inv).round_ties_even() as f64 * (amax / 127.0) as f64;
-            }
-        }
-    }
-    (0..m * n)
-        .map(|i| {
-            let (r, c) = (i / n, i % n);
-            (0..k)
-                .map(|e| xs[r * k + e] * w[c * k + e] as f64)
-                .sum::<f64>() as f32
-        })
-        .collect()
-}
-
 /// One weight of `dtype`: its products against the reference and the CPU, and its
 /// embedding rows against exact dequantization and the CPU.
 fn check_format(
@@ -105,7 +82,7 @@ fn check_format(
         weights.put("w", dtype, &[n, k], bytes.clone());
         let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
         let (got, from_cpu) = both(gpu, || matmul_graph(dtype, m, k, n), weights, &inputs);
-        let exact = reference(&x, &w, m, k, n, dtype.is_quantized().then_some(32));
+        let exact = f64_product(&x, &w, m, k, n, dtype.is_quantized().then_some(32));
         let err = relative_error(&got, &exact);
         println!(
             "{dtype} {m}x{k}x{n}: vs f64 {err:.2e}, vs CPU {:.2e}",
@@ -119,7 +96,7 @@ fn check_format(
             // The CPU's side of the gap: activations quantized per 256 (Q8_K, decode and
             // small batches) or not at all (gemm on dequantized rows).
             let err = [Some(256), None]
-                .map(|b| relative_error(&from_cpu, &reference(&x, &w, m, k, n, b)))
+                .map(|b| relative_error(&from_cpu, &f64_product(&x, &w, m, k, n, b)))
                 .into_iter()
                 .fold(f32::MAX, f32::min);
             assert!(

@@ -14,7 +14,7 @@ mod gpu_single_op;
 mod gpu_support;
 
 use gpu_data::{quantized, Lcg};
-use gpu_single_op::{both, cpu, executor, matmul_graph, relative_error, Weights};
+use gpu_single_op::{both, cpu, executor, f64_product, matmul_graph, relative_error, Weights};
 
 use std::sync::Arc;
 
@@ -206,27 +206,6 @@ fn dense_matmul_and_embedding_match_the_cpu() {
     assert_eq!(got, want, "embedding copies rows exactly");
 }
 
-/// `x · wᵀ` with each 32 activations quantized to 8 bits first (the CPU's and the GPU's
-/// scheme for block formats), in f64: an independent reference for both.
-fn q8_activation_product(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-    let mut xq = vec![0f64; m * k];
-    for (block, out) in x.chunks(32).zip(xq.chunks_mut(32)) {
-        let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let inv = if amax == 0.0 { 0.0 } else { 127.0 / amax };
-        for (v, o) in block.iter().zip(out) {
-            *o = (v * inv).round_ties_even() as f64 * (amax / 127.0) as f64;
-        }
-    }
-    (0..m * n)
-        .map(|i| {
-            let (r, c) = (i / n, i % n);
-            (0..k)
-                .map(|e| xq[r * k + e] * w[c * k + e] as f64)
-                .sum::<f64>() as f32
-        })
-        .collect()
-}
-
 #[test]
 fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
     let Some(gpu) = open() else { return };
@@ -245,7 +224,7 @@ fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
                 err <= 1e-4,
                 "matmul {dtype} {m}x{k}x{n} vs CPU: relative error {err}"
             );
-            let exact = q8_activation_product(&x, &w, m, k, n);
+            let exact = f64_product(&x, &w, m, k, n, Some(32));
             let err = relative_error(&got, &exact);
             assert!(
                 err <= 1e-4,

@@ -1,6 +1,7 @@
 //! Shared by the GPU tests that check one op at a time against the CPU backend: weights
 //! held in memory, an executor whose compute nodes must all land on one backend, the
-//! relative error both hold to, and a graph run on each backend.
+//! relative error both hold to, a graph run on each backend, and the f64 product they
+//! are checked against.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -104,4 +105,35 @@ pub fn matmul_graph(dtype: DType, m: usize, k: usize, n: usize) -> Graph {
     let iw = g.weight("w", dtype, [n, k]).unwrap();
     let out = g.matmul(ix, iw).unwrap();
     g.finish(vec![out]).unwrap()
+}
+
+/// `x · wᵀ` in f64, with each `block` activations first quantized to 8 bits (ties to
+/// even, scale max|x|/127, the CPU's and the GPU's scheme for block formats) when there
+/// is one: an independent reference for both backends.
+pub fn f64_product(
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    block: Option<usize>,
+) -> Vec<f32> {
+    let mut xs: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    if let Some(block) = block {
+        for (block, out) in x.chunks(block).zip(xs.chunks_mut(block)) {
+            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let inv = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+            for (v, o) in block.iter().zip(out) {
+                *o = (v * inv).round_ties_even() as f64 * (amax / 127.0) as f64;
+            }
+        }
+    }
+    (0..m * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            (0..k)
+                .map(|e| xs[r * k + e] * w[c * k + e] as f64)
+                .sum::<f64>() as f32
+        })
+        .collect()
 }
