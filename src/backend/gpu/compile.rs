@@ -306,7 +306,7 @@ impl GpuPartition {
             .filter_map(|i| i.shape.dims().first().copied())
             .max()
             .unwrap_or(1);
-        let timer = Timer::new(&gpu, profile, rows);
+        let timer = Timer::new(profile, rows);
         let mut outputs = Vec::with_capacity(spec.outputs.len());
         for &id in spec.outputs {
             let operand = recorder.operand(id)?;
