@@ -2,11 +2,13 @@
 //! files run whole there), Q5_0 and Q5_1 (their fallback tensors) and BF16, each
 //! against the CPU backend and an f64 reference of the exactly dequantized weights.
 //! Products (one row and more than a workgroup's 8 rows, several widths) are held to
-//! 1e-4 of the reference with 8-bit activations per 32 (what the GPU computes); to the
-//! CPU at 1e-4 for Q5_0/Q5_1, and at [`K_QUANT_VS_CPU`] and [`BF16_VS_CPU`] where the
-//! CPU quantizes activations otherwise (per 256 for K-quants, bf16 for BF16); the
-//! CPU's K-quant products are held to 1e-4 of their own f64 scheme, so the gap between
-//! the backends is the activation quantization alone.
+//! 1e-4 of the reference with 8-bit activations per 32, per 256 for the K-quants (what
+//! the GPU computes, and the CPU as llama.cpp's Q8_K); to the CPU at 1e-4 for
+//! Q5_0/Q5_1, and at [`K_QUANT_VS_CPU`] and [`BF16_VS_CPU`] where the CPU may take
+//! other activations (unquantized on its portable path's dequantize + gemm for many
+//! rows, bf16 for BF16); the CPU's K-quant products are held to 1e-4 of one of its
+//! own f64 schemes, so the gap between the backends is the activation quantization
+//! alone.
 //! Embeddings dequantize exactly (a BF16 table's rows are bf16 activations, which stay
 //! on the CPU). A small random model with a Q4_K_M-like mix (and one with Q5_K, Q5_0,
 //! Q5_1 and BF16) runs every node of prefill and decode on the GPU with logits within
@@ -32,17 +34,19 @@ use switchyard::model::{GgufWeights, LlamaStep};
 use switchyard::plan::Policy;
 use switchyard::step::{CoexecMode, Runner};
 
-/// GPU vs CPU on K-quant products: the GPU quantizes activations per 32 (the reference
-/// it meets at 1e-4), the CPU per 256 as llama.cpp does (Q8_K), so they differ by the
-/// coarser quantization's noise.
+/// GPU vs CPU on K-quant products: both quantize activations per 256 as llama.cpp does
+/// (Q8_K), and meet that reference at 1e-4 each, except where the CPU's portable path
+/// multiplies many rows unquantized (dequantize + gemm): then they differ by the
+/// quantization's noise.
 const K_QUANT_VS_CPU: f32 = 2e-2;
 /// GPU vs CPU on BF16 products: the CPU rounds activations to bf16, the GPU keeps f32.
 const BF16_VS_CPU: f32 = 1e-2;
-/// GPU vs CPU logits of the random models below, relative to the largest logit: the
-/// CPU's K-quant activations per 256 leave it further from the exact model than the
-/// GPU (measured on lavapipe: 4.4e-2 vs 1.9e-2 at the Q4_K_M-like prefill, 2.5e-2
-/// between them).
-const MODEL_VS_CPU: f32 = 4e-2;
+/// GPU vs CPU logits of the random models below, relative to the largest logit. Both
+/// quantize K-quant activations per 256, except the attention output the GPU quantizes
+/// per head, so per 32 (measured on lavapipe: 1.3e-2 and 1.6e-2 at the Q4_K_M-like
+/// mix's prefill and first decode step, 1.2e-3 to 4e-3 after; 2.5e-2 when the GPU
+/// quantized every K-quant activation per 32).
+const MODEL_VS_CPU: f32 = 2e-2;
 
 fn embedding_graph(dtype: DType, rows: usize, d: usize, ids: usize) -> Graph {
     let mut g = GraphBuilder::new();
@@ -82,7 +86,15 @@ fn check_format(
         weights.put("w", dtype, &[n, k], bytes.clone());
         let inputs = [("x", Tensor::from_f32([m, k], &x).unwrap())];
         let (got, from_cpu) = both(gpu, || matmul_graph(dtype, m, k, n), weights, &inputs);
-        let exact = f64_product(&x, &w, m, k, n, dtype.is_quantized().then_some(32));
+        // Activations quantized per block of 32, per super-block of 256 for the K-quants.
+        let exact = f64_product(
+            &x,
+            &w,
+            m,
+            k,
+            n,
+            dtype.is_quantized().then_some(dtype.block_elems()),
+        );
         let err = relative_error(&got, &exact);
         println!(
             "{dtype} {m}x{k}x{n}: vs f64 {err:.2e}, vs CPU {:.2e}",

@@ -3,14 +3,17 @@
 //! GPU picks the CPU's argmax wherever the CPU's top-2 margin is at least 0.5, and the
 //! CPU's ten best logits stay within 1.0 on the GPU (the tolerance the CPU keeps
 //! against llama.cpp). Exact greedy equality is not the test: the two round differently
-//! (f32 against f16 caches, their own summation orders), so a near-tie may break either
-//! way and the texts part there.
+//! (their own summation orders, exp and rounding of 8-bit activations at a tie), so a
+//! near-tie may break either way and the texts part there.
 //!
-//! The K-quant files are held to 1.25 instead of 1.0: their GPU products quantize
-//! activations per 32 values and the CPU's per 256 (as llama.cpp does), and measured
-//! here (lavapipe, 2026-12-06) the two part by up to 1.17 (Q4_K_M) and 1.19 (Q5_K_M),
-//! while each is 3.3 to 7.0 from the same model with f32 weights (the CPU 6.37 and 3.27,
-//! the GPU 7.03 and 3.84): a known gap of issue 47, not met yet.
+//! On the K-quant files the 1.0 is not a bound any second implementation can keep: the
+//! CPU against itself, with only its KV cache in f32 instead of f16 (both are settings
+//! users run), parts by up to 1.64 (Q4_K_M) and 1.04 (Q5_K_M) here, one step of 64
+//! each (measured 2026-12-06), because every last-bit difference flips the rounding of
+//! some 8-bit activations and 30 layers carry it on. So there the GPU is held to the
+//! larger of 1.0 and 1.25 times that self-difference, measured in the same run, on the
+//! worst step and on the mean over the steps. The products themselves agree to 1e-7
+//! (`gpu_formats`): both quantize a K-quant product's activations per 256.
 //!
 //! On the default model, and on the Q4_K_M and Q5_K_M files `scripts/make-bench-model.sh
 //! --sizes 135m --formats Q4_K_M,Q5_K_M` makes (looked for in `$SWITCHYARD_VARIANTS_DIR`,
@@ -25,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use switchyard::backend::cpu::greedy;
-use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, KvDType};
 use switchyard::model::LlamaStep;
 use switchyard::model::{fetch, gguf::GgufFile, llama::LlamaConfig, GgufWeights};
 use switchyard::step::{CoexecMode, Runner};
@@ -36,9 +39,9 @@ const STEPS: usize = 64;
 const MARGIN: f32 = 0.5;
 /// How far the GPU may put any of the CPU's ten best logits from the CPU's value.
 const TOLERANCE: f32 = 1.0;
-/// The same for the K-quant files, whose activations the two quantize differently (see
-/// the module's comment).
-const K_QUANT_TOLERANCE: f32 = 1.25;
+/// On the K-quant files, how far beyond the CPU's own difference under an f32 KV cache
+/// the GPU's may go (see the module's comment).
+const SELF_FACTOR: f32 = 1.25;
 
 fn runner(path: &Path, backends: Vec<Arc<dyn Backend>>) -> Runner {
     let file = GgufFile::open(path).unwrap();
@@ -91,42 +94,90 @@ fn compare(cpu: &[f32], gpu: &[f32]) -> Step {
     }
 }
 
-/// Runs the check on `path`; returns the failures, one line each.
-fn check(name: &str, path: &Path, gpu: &Arc<dyn Backend>, tolerance: f32) -> Vec<String> {
-    let cpu = || Arc::new(CpuBackend::new(None).unwrap()) as Arc<dyn Backend>;
-    let mut on_cpu = runner(path, vec![cpu()]);
-    let mut on_gpu = runner(path, vec![cpu(), gpu.clone()]);
+/// What a whole teacher-forced reply did: the CPU's and another runner's logits
+/// compared step by step.
+struct Trace {
+    /// The largest top-10 difference of any step.
+    worst: f32,
+    /// The mean over the steps of each step's largest top-10 difference.
+    mean: f32,
+    /// Steps where the two picked different tokens.
+    flips: usize,
+    /// Steps where the CPU's top-2 margin was under [`MARGIN`].
+    near: usize,
+    /// Steps where the other runner picked another token at a margin of at least
+    /// [`MARGIN`], as failure lines.
+    wrong_picks: Vec<String>,
+}
+
+/// Forces `other` through the CPU's greedy reply to the prompt and compares their
+/// logits at every step.
+fn follow(name: &str, on_cpu: &mut Runner, other: &mut Runner) -> Trace {
     let prompt = prompt();
-    let (mut cpu_seq, mut gpu_seq) = (
+    let (mut cpu_seq, mut other_seq) = (
         on_cpu.new_sequence().unwrap(),
-        on_gpu.new_sequence().unwrap(),
+        other.new_sequence().unwrap(),
     );
     let mut want = on_cpu.forward(&mut cpu_seq, &prompt).unwrap();
-    let mut got = on_gpu.forward(&mut gpu_seq, &prompt).unwrap();
-    let mut failures = Vec::new();
-    let (mut worst, mut flips, mut near) = (0f32, 0, 0);
+    let mut got = other.forward(&mut other_seq, &prompt).unwrap();
+    let mut trace = Trace {
+        worst: 0.0,
+        mean: 0.0,
+        flips: 0,
+        near: 0,
+        wrong_picks: Vec::new(),
+    };
     for step in 0..STEPS {
         let s = compare(&want, &got);
-        worst = worst.max(s.top10);
-        if s.top10 > tolerance {
-            failures.push(format!(
-                "{name}, step {step}: a top-10 logit {} from the CPU's",
-                s.top10
-            ));
-        }
+        trace.worst = trace.worst.max(s.top10);
+        trace.mean += s.top10 / STEPS as f32;
         if !s.same {
-            flips += 1;
+            trace.flips += 1;
             if s.margin >= MARGIN {
-                failures.push(format!(
+                trace.wrong_picks.push(format!(
                     "{name}, step {step}: another token at a CPU margin of {}",
                     s.margin
                 ));
             }
         }
-        near += usize::from(s.margin < MARGIN);
+        trace.near += usize::from(s.margin < MARGIN);
         let token = greedy(&want).expect("a finite logit") as u32;
         want = on_cpu.forward(&mut cpu_seq, &[token]).unwrap();
-        got = on_gpu.forward(&mut gpu_seq, &[token]).unwrap();
+        got = other.forward(&mut other_seq, &[token]).unwrap();
+    }
+    trace
+}
+
+/// Runs the check on `path`, against a bound of [`TOLERANCE`] or, with `self_bound`,
+/// of the CPU's own difference under an f32 KV cache; returns the failures, one line
+/// each.
+fn check(name: &str, path: &Path, gpu: &Arc<dyn Backend>, self_bound: bool) -> Vec<String> {
+    let cpu = || Arc::new(CpuBackend::new(None).unwrap()) as Arc<dyn Backend>;
+    let mut on_gpu = runner(path, vec![cpu(), gpu.clone()]);
+    let trace = follow(name, &mut runner(path, vec![cpu()]), &mut on_gpu);
+    let mut failures = trace.wrong_picks;
+    let (mut worst_bound, mut mean_bound) = (TOLERANCE, f32::INFINITY);
+    if self_bound {
+        let mut f32_kv = runner(path, vec![cpu()]).with_kv_dtype(KvDType::F32);
+        let own = follow(name, &mut runner(path, vec![cpu()]), &mut f32_kv);
+        println!(
+            "{name}: the CPU with an f32 KV cache, worst top-10 |f32 - f16| {:.3}, mean {:.3}",
+            own.worst, own.mean
+        );
+        worst_bound = worst_bound.max(SELF_FACTOR * own.worst);
+        mean_bound = SELF_FACTOR * own.mean;
+    }
+    if trace.worst > worst_bound {
+        failures.push(format!(
+            "{name}: a top-10 logit {} from the CPU's, over {worst_bound}",
+            trace.worst
+        ));
+    }
+    if trace.mean > mean_bound {
+        failures.push(format!(
+            "{name}: top-10 logits {} from the CPU's on the mean, over {mean_bound}",
+            trace.mean
+        ));
     }
     let (_, decode) = on_gpu.placement();
     if decode.keys().collect::<Vec<_>>() != ["gpu"] {
@@ -135,8 +186,9 @@ fn check(name: &str, path: &Path, gpu: &Arc<dyn Backend>, tolerance: f32) -> Vec
         ));
     }
     println!(
-        "{name}: {STEPS} teacher-forced steps, worst top-10 |GPU - CPU| {worst:.3}, \
-         {flips} other picks, {near} steps with a CPU margin under {MARGIN}"
+        "{name}: {STEPS} teacher-forced steps, worst top-10 |GPU - CPU| {:.3}, mean {:.3}, \
+         {} other picks, {} steps with a CPU margin under {MARGIN}",
+        trace.worst, trace.mean, trace.flips, trace.near
     );
     failures
 }
@@ -158,7 +210,7 @@ fn the_gpu_follows_the_cpu_through_64_teacher_forced_steps() {
         "default model (Q4_1)",
         &fetch::default_model_path(false).expect("fetching the default model"),
         &gpu,
-        TOLERANCE,
+        false,
     );
     for format in ["Q4_K_M", "Q5_K_M"] {
         let path = variants_dir().join(format!("SmolLM2-135M-Instruct.{format}.gguf"));
@@ -171,7 +223,7 @@ fn the_gpu_follows_the_cpu_through_64_teacher_forced_steps() {
             );
             continue;
         }
-        failures.extend(check(format, &path, &gpu, K_QUANT_TOLERANCE));
+        failures.extend(check(format, &path, &gpu, true));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -82,7 +82,9 @@ fn unit_io(
             }
             (reads, parts.iter().map(|p| p.output()).collect())
         }
-        Unit::NormQuant(id) | Unit::SwiGluQuant(id) => (inputs(*id), Vec::new()),
+        Unit::NormQuant { node, .. } | Unit::SwiGluQuant { node, .. } => {
+            (inputs(*node), Vec::new())
+        }
         Unit::Attention {
             node,
             rope,
@@ -203,7 +205,7 @@ impl GpuPartition {
         let quant_only: HashSet<ValueId> = units
             .iter()
             .filter_map(|u| match u {
-                Unit::NormQuant(id) | Unit::SwiGluQuant(id) => Some(*id),
+                Unit::NormQuant { node, .. } | Unit::SwiGluQuant { node, .. } => Some(*node),
                 Unit::Attention {
                     node,
                     quantize: true,
@@ -427,28 +429,30 @@ impl Recorder<'_> {
                     _ => record_node(self.gpu, *id, node, &ops, &out)?,
                 }
             }
-            Unit::NormQuant(id) => {
-                let ops = self.operands(*id)?;
-                let Op::RmsNorm { eps } = graph.node(*id).op else {
-                    return Err(misfused(*id));
+            Unit::NormQuant { node, group } => {
+                let ops = self.operands(*node)?;
+                let Op::RmsNorm { eps } = graph.node(*node).op else {
+                    return Err(misfused(*node));
                 };
-                self.holds = Some(*id);
+                self.holds = Some(*node);
                 vec![record::record_norm_q8(
                     self.gpu,
                     &ops[0],
                     &ops[1].buffer,
                     eps,
                     self.quants,
+                    *group,
                 )?]
             }
-            Unit::SwiGluQuant(id) => {
-                let ops = self.operands(*id)?;
-                self.holds = Some(*id);
+            Unit::SwiGluQuant { node, group } => {
+                let ops = self.operands(*node)?;
+                self.holds = Some(*node);
                 vec![record::record_swiglu_q8(
                     self.gpu,
                     &ops[0],
                     &ops[1].buffer,
                     self.quants,
+                    *group,
                 )?]
             }
             Unit::Products { x, parts } => {
@@ -481,6 +485,7 @@ impl Recorder<'_> {
                             &xs.buffer,
                             m * k,
                             self.quants,
+                            fuse::scale_group(dtype),
                         )?);
                         self.holds = Some(*x);
                     }

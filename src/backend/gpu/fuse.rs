@@ -5,7 +5,9 @@
 //! - products of one input by several weights of one format (q, k, v; gate, up) are
 //!   one dispatch, and a product read only by a residual `Add` writes the sum itself;
 //! - an RMS norm or a SwiGLU read only by such block-format products writes their
-//!   8-bit activations directly, never its f32 result;
+//!   8-bit activations directly, never its f32 result, with the scale grouping the
+//!   products' format takes ([`scale_group`]; attention, which sees one head, quantizes
+//!   per block of 32 for every format);
 //! - the rotary embedding of attention's queries and keys runs in the dispatch that
 //!   writes the keys and values into the cache, and attention itself is one kernel.
 //!
@@ -15,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::backend::PartitionSpec;
-use crate::graph::{Graph, Op, ValueId};
+use crate::graph::{DType, Graph, Op, ValueId};
 
 /// One fused product: a matmul, and the residual `Add` that consumes it alone, if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,9 +56,19 @@ pub(super) enum Unit {
     },
     /// An RMS norm whose only readers are the block-format products of the next units:
     /// it writes their quantized activations, not its own f32 result.
-    NormQuant(ValueId),
+    NormQuant {
+        /// The norm node.
+        node: ValueId,
+        /// Blocks of 32 sharing one scale ([`scale_group`] of the products' format).
+        group: u32,
+    },
     /// A SwiGLU whose only readers are the block-format products of the next units.
-    SwiGluQuant(ValueId),
+    SwiGluQuant {
+        /// The SwiGLU node.
+        node: ValueId,
+        /// Blocks of 32 sharing one scale ([`scale_group`] of the products' format).
+        group: u32,
+    },
     /// Attention; with `rope = [q, k]`, those rope nodes run in its KV-write dispatch.
     Attention {
         /// The attention node.
@@ -69,13 +81,23 @@ pub(super) enum Unit {
     },
 }
 
+/// Blocks of 32 activations that share one scale for a product with weights of
+/// `dtype`: 8 for the 256-element K-quant formats, whose activations the CPU (like
+/// llama.cpp) quantizes a super-block at a time, so the integer sums match it; 1 for
+/// the rest.
+pub(super) fn scale_group(dtype: DType) -> u32 {
+    (dtype.block_elems() / 32).max(1) as u32
+}
+
+/// The dtype of a matmul node's weight.
+fn weight_dtype(graph: &Graph, matmul: ValueId) -> Option<DType> {
+    let weight = graph.node(matmul).inputs.get(1)?;
+    Some(graph.node(*weight).dtype)
+}
+
 /// Whether a weight of this node's dtype goes through 8-bit activations.
 pub(super) fn quantized_weight(graph: &Graph, matmul: ValueId) -> bool {
-    graph
-        .node(matmul)
-        .inputs
-        .get(1)
-        .is_some_and(|&w| graph.node(w).dtype.is_quantized())
+    weight_dtype(graph, matmul).is_some_and(DType::is_quantized)
 }
 
 /// What the adapter's binding limits allow fusion to build.
@@ -288,14 +310,24 @@ fn quantize_in_producers(
             && mine.iter().all(|r| parts.iter().any(|p| p.matmul == *r))
             && parts.iter().all(|p| quantized_weight(graph, p.matmul));
         if all_parts {
+            // One scale a group where every reader takes the same grouping, else one a
+            // block (finer than a K-quant reader's, never coarser than another's).
+            let groups: Vec<u32> = parts
+                .iter()
+                .map(|p| weight_dtype(graph, p.matmul).map_or(1, scale_group))
+                .collect();
+            let group = match groups.split_first() {
+                Some((&g, rest)) if rest.iter().all(|&r| r == g) => g,
+                _ => 1,
+            };
             let quantizing = match (&node.op, &units[i].1) {
-                (Op::RmsNorm { .. }, _) => Unit::NormQuant(id),
+                (Op::RmsNorm { .. }, _) => Unit::NormQuant { node: id, group },
                 (_, Unit::Attention { rope, .. }) => Unit::Attention {
                     node: id,
                     rope: *rope,
                     quantize: true,
                 },
-                _ => Unit::SwiGluQuant(id),
+                _ => Unit::SwiGluQuant { node: id, group },
             };
             units[i].1 = quantizing;
         }

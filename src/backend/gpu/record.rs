@@ -270,29 +270,33 @@ pub(super) fn quants_bytes(x: &Shape) -> usize {
     x.numel() / 32 * kernels::QUANTIZED_BLOCK_BYTES
 }
 
-/// Quantizes `x` (`len` elements) into `quants` for a block-format product.
+/// Quantizes `x` (`len` elements) into `quants` for a block-format product, `group`
+/// blocks of 32 sharing one scale (`fuse::scale_group`).
 pub(super) fn record_quantize(
     gpu: &Gpu,
     x: &wgpu::Buffer,
     len: usize,
     quants: &wgpu::Buffer,
+    group: u32,
 ) -> Result<Dispatch, BackendError> {
     let source = Source::fixed("quantize", kernels::QUANTIZE_Q8);
-    elementwise(gpu, &source, len / 32, &[], &[x, quants])
+    elementwise(gpu, &source, len / 32, &[group], &[x, quants])
 }
 
-/// RMS norm of `x` (rows of `d`) by `weight`, written to `quants` as 8-bit activations.
+/// RMS norm of `x` (rows of `d`) by `weight`, written to `quants` as 8-bit activations
+/// with `group` blocks sharing one scale.
 pub(super) fn record_norm_q8(
     gpu: &Gpu,
     x: &Operand,
     weight: &wgpu::Buffer,
     eps: f32,
     quants: &wgpu::Buffer,
+    group: u32,
 ) -> Result<Dispatch, BackendError> {
     let d = x.shape.last();
     let rows = word("rows", x.shape.numel() / d.max(1))?;
     let source = Source::fixed("norm_q8", kernels::NORM_Q8);
-    let params = [word("width", d)?, eps.to_bits()];
+    let params = [word("width", d)?, eps.to_bits(), group];
     dispatch(
         gpu,
         &source,
@@ -302,16 +306,18 @@ pub(super) fn record_norm_q8(
     )
 }
 
-/// `silu(gate) · up` written to `quants` as 8-bit activations.
+/// `silu(gate) · up` written to `quants` as 8-bit activations with `group` blocks
+/// sharing one scale.
 pub(super) fn record_swiglu_q8(
     gpu: &Gpu,
     gate: &Operand,
     up: &wgpu::Buffer,
     quants: &wgpu::Buffer,
+    group: u32,
 ) -> Result<Dispatch, BackendError> {
     let source = Source::fixed("swiglu_q8", kernels::SWIGLU_Q8);
     let len = gate.shape.numel() / 32;
-    elementwise(gpu, &source, len, &[], &[&gate.buffer, up, quants])
+    elementwise(gpu, &source, len, &[group], &[&gate.buffer, up, quants])
 }
 
 /// Softmax over the last axis of `x` into `out`: a copy, then the in-place row kernel.

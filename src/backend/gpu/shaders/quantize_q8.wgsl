@@ -1,8 +1,9 @@
 // Activations quantized once per row and block of 32 for the block-format products
-// (q8_block.wgsl): one thread a block.
+// (q8_block.wgsl): one thread a block, `group` blocks sharing one scale.
 struct Params {
     len: u32,
     groups_x: u32,
+    group: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -12,12 +13,14 @@ struct Params {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let b = (wg.y * p.groups_x + wg.x) * 256u + t;
-    if (b >= p.len) {
-        return;
-    }
     var vals: array<f32, 32>;
-    for (var e = 0u; e < 32u; e++) {
-        vals[e] = x[b * 32u + e];
+    if (b < p.len) {
+        for (var e = 0u; e < 32u; e++) {
+            vals[e] = x[b * 32u + e];
+        }
     }
-    store_q8(&vals, b);
+    let amax = group_abs_max(block_abs_max(&vals), t, p.group);
+    if (b < p.len) {
+        store_q8_scaled(&vals, b, amax);
+    }
 }
