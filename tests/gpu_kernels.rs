@@ -790,7 +790,7 @@ fn argmax_matches_the_cpu_greedy_rule() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(11);
     let (nan, inf) = (f32::NAN, f32::INFINITY);
-    for width in [1, 5, 256, 257, 49152] {
+    for width in [1, 5, 256, 257, 4097, 49152] {
         let rows = 6;
         let mut x = rng.vec(rows * width, 8.0);
         let row = |r: usize| r * width..(r + 1) * width;

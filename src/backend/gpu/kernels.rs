@@ -64,8 +64,18 @@ pub(super) const SOFTMAX: &str = concat!(
     include_str!("shaders/softmax.wgsl"),
     include_str!("shaders/softmax_row.wgsl")
 );
-/// Greedy decoding's pick per row of logits.
-pub(super) const ARGMAX: &str = include_str!("shaders/argmax.wgsl");
+/// Greedy decoding's first pass: the best of each chunk of a row of logits.
+pub(super) const ARGMAX_PART: &str = concat!(
+    include_str!("shaders/argmax_part.wgsl"),
+    include_str!("shaders/argmax_key.wgsl")
+);
+/// Logits a workgroup of [`ARGMAX_PART`] reads (its `CHUNK`).
+pub(super) const ARGMAX_CHUNK: usize = 4096;
+/// Greedy decoding's pick per row, from the row's chunk bests.
+pub(super) const ARGMAX: &str = concat!(
+    include_str!("shaders/argmax.wgsl"),
+    include_str!("shaders/argmax_key.wgsl")
+);
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// Writes a step's keys and values into a layer of the paged pool.

@@ -244,17 +244,30 @@ pub(super) fn record_node(
             if width == 0 || x.dtype != DType::F32 {
                 return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
             }
+            // Two passes: many workgroups find each chunk's best, one a row the pick.
             let rows = word("rows", x.shape.numel() / width)?;
-            let (gx, gy) = fold(gpu, rows);
-            let source = Source::fixed("argmax", kernels::ARGMAX);
-            let params = [word("width", width)?, rows, gx];
-            vec![dispatch(
+            let chunks = word("argmax chunks", width.div_ceil(kernels::ARGMAX_CHUNK))?;
+            let parts = gpu.storage("argmax parts", 8 * rows as usize * chunks as usize);
+            let part = dispatch(
                 gpu,
-                &source,
-                &params,
-                &[&x.buffer, out],
+                &Source::fixed("argmax", kernels::ARGMAX_PART),
+                &[word("width", width)?, chunks],
+                &[&x.buffer, &parts],
+                [chunks, rows, 1],
+            )?;
+            let (gx, gy) = fold(gpu, rows);
+            let pick = dispatch(
+                gpu,
+                &Source {
+                    kind: "argmax",
+                    name: "argmax_pick".into(),
+                    wgsl: kernels::ARGMAX.into(),
+                },
+                &[chunks, rows, gx],
+                &[&parts, out],
                 [gx, gy, 1],
-            )?]
+            )?;
+            vec![part, pick]
         }
         other => {
             return Err(unsupported(format!(
