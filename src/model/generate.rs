@@ -479,8 +479,9 @@ fn with_logprobs<'a, 'b: 'a>(
     }
 }
 
-/// `token`'s log-probability under `logits` and the `k` most likely tokens'.
-fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
+/// `token`'s log-probability under `logits` and the `k` most likely tokens', best first
+/// (ties to the lower id, so the first `j` of `k` are the `j` most likely).
+pub fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
     let norm = log_normalizer(logits);
     let logprob = |id: u32| logits.get(id as usize).map_or(f32::NAN, |l| l - norm);
     TokenLogprobs {
