@@ -476,14 +476,15 @@ fn a_scored_prompt_rides_in_steps_and_a_second_copy_reuses_the_prefix_cache() {
     let mut rode = 0;
     while !scheduler.is_idle() {
         let report = scheduler.step(&mut runner, &mut |&id, e| seen.on(id, e));
-        // One prompt chunk at a time, never the whole prompt in one pass.
-        assert!(report.prompt_tokens <= PREFILL_CHUNK, "{report:?}");
+        // One chunk at a time, never the whole prompt in one pass; a scored token
+        // weighs two.
+        assert!(report.prompt_tokens <= PREFILL_CHUNK / 2, "{report:?}");
         if report.prompt_tokens > 0 && report.tokens - report.prompt_tokens == 2 {
             rode += 1;
         }
     }
     assert!(
-        rode >= scored.len().div_ceil(PREFILL_CHUNK),
+        rode >= scored.len().div_ceil(PREFILL_CHUNK / 2),
         "the scored prompt rode beside both decodes in {rode} steps"
     );
     assert!(!seen.text_before_scores, "the scores come before the text");

@@ -212,10 +212,16 @@ impl<C> Slot<'_, C> {
         if let Some(token) = self.next {
             return (vec![token], head);
         }
+        // A scored token weighs two against the budget and the chunk: its row and its
+        // logits row (the head and the scoring cost about half a row more, so a scored
+        // chunk's step costs no more than another prompt's: decision 188). At least one
+        // token while the step has room, so a scored prompt never starves.
+        let weight = if self.scores.is_some() { 2 } else { 1 };
+        let rows = (*budget / weight).max(usize::from(*budget > 0));
         let take = (self.prompt.len() - self.prefilled)
-            .min(PREFILL_CHUNK)
-            .min(*budget);
-        *budget -= take;
+            .min(PREFILL_CHUNK / weight)
+            .min(rows);
+        *budget = budget.saturating_sub(take * weight);
         let end = self.prefilled + take;
         // A scored prompt's chunks return every row; another's last chunk returns its
         // logits, or only its token when greedy decoding needs nothing else (decision
