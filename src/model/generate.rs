@@ -129,7 +129,8 @@ pub fn generate(
 /// The log-probability of each token of `prompt` after the first given those before
 /// it, with the `k` most likely tokens at each place (a completion's `echo` with
 /// `logprobs`), scored on a fresh sequence of `runner` in one pass over the prompt. Empty
-/// for a one-token prompt.
+/// for a one-token prompt. The unbatched path: the server scores a prompt in the
+/// scheduler's steps (`crate::sched::Request::score`), to these same values.
 pub fn prompt_logprobs(
     runner: &mut Runner,
     prompt: &[u32],
