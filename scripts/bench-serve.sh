@@ -6,7 +6,7 @@
 #
 # Usage: scripts/bench-serve.sh [--model PATH] [--concurrency 1,4,16,64] [--parallel N]
 #                               [--max-tokens N] [--threads N] [--api chat|completions]
-#                               [--json OUT]
+#                               [--json OUT] [--scored-prompt N [--streams N]]
 #   --model        GGUF file (default: the default model, fetched if needed)
 #   --parallel     sequences each server steps together (default 16); llama-server gets
 #                  --parallel N -c N*1024, switchyard --parallel N --ctx 1024
@@ -14,6 +14,10 @@
 #   --max-tokens   tokens per completion (default 64)
 #   --api          chat (default) or completions: plain-text prompts, for model files
 #                  without a chat template (the random-weight 1B benchmark model)
+#   --scored-prompt N  switchyard alone (llama-server does not score prompts): the
+#                  inter-token p50/p99/max of --streams streams (default 8) of
+#                  --max-tokens tokens without and with one scored prompt of N tokens
+#                  (echo + logprobs), and the same scored prompt twice (prefix cache hits)
 # Env:   SWITCHYARD_BIN (default: a release build of this checkout), LLAMACPP_TOOLS (a
 #        folder with llama-server; default: built by scripts/llamacpp-tools.sh, ~15 min).
 set -euo pipefail
@@ -26,6 +30,8 @@ parallel=16
 max_tokens=64
 json=""
 api="chat"
+scored=""
+streams=8
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -35,18 +41,20 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --json) json="$2"; shift 2 ;;
     --api) api="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --scored-prompt) scored="$2"; shift 2 ;;
+    --streams) streams="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$api" in chat|completions) ;; *) echo "error: --api takes chat or completions, not '$api'" >&2; exit 2 ;; esac
-for n in "$parallel" "$max_tokens" "$threads"; do
-  case "$n" in ''|*[!0-9]*) echo "error: --parallel, --max-tokens and --threads take numbers" >&2; exit 2 ;; esac
+for n in "$parallel" "$max_tokens" "$threads" "$streams" ${scored:+"$scored"}; do
+  case "$n" in ''|*[!0-9]*) echo "error: --parallel, --max-tokens, --threads, --streams and --scored-prompt take numbers" >&2; exit 2 ;; esac
 done
 
 python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai
 bin="$("$root/scripts/switchyard-bin.sh")"
-tools="$("$root/scripts/llamacpp-tools.sh")"
+[ -n "$scored" ] || tools="$("$root/scripts/llamacpp-tools.sh")"
 if [ -z "$model" ]; then
   model="${SWITCHYARD_HOME:-$HOME/.cache/switchyard}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   [ -f "$model" ] || { echo "fetching the default model..." >&2; "$bin" generate "Hello" -n 1 >/dev/null; }
@@ -75,6 +83,12 @@ sy_port="$(free_port)"
   --parallel "$parallel" --max-queue 256 > "$log/switchyard.log" 2>&1 &
 pids+=($!)
 wait_healthy "$sy_port" "$log/switchyard.log"
+if [ -n "$scored" ]; then
+  echo "model $model; $threads threads; --parallel $parallel; $streams streams of $max_tokens tokens; a scored prompt of $scored tokens" >&2
+  python3 "$root/scripts/bench_serve.py" --server "switchyard=http://127.0.0.1:$sy_port" \
+    --scored-prompt "$scored" --streams "$streams" --max-tokens "$max_tokens" ${json:+--json "$json"}
+  exit 0
+fi
 ls_port="$(free_port)"
 "$tools/llama-server" -m "$model" --port "$ls_port" -t "$threads" --parallel "$parallel" \
   -c $(( parallel * 1024 )) > "$log/llama-server.log" 2>&1 &

@@ -19,6 +19,16 @@ A completion's tokens are counted from the server's `usage` when it reports one,
 from its content chunks. `--api completions` sends each prompt as plain text to
 /v1/completions instead (for model files without a chat template, such as the random-
 weight 1B benchmark model).
+
+`--scored-prompt N` measures something else: what scoring a prompt (`echo` with
+`logprobs` on /v1/completions, N prompt tokens) costs the streams running beside it.
+Each round runs `--streams` streaming completions of `--max-tokens` tokens (end tokens
+ignored) three times: alone, beside a plain prompt of N tokens (one token generated:
+what any new request's prompt costs the streams, a normal step's budget at a time), and
+beside a scored one, each sent once every stream has its first token; it reports the
+streams' inter-token p50 / p99 / max of each, alternating so drifting load hits all
+alike. Last, one scored prompt is sent twice alone: the second
+should answer from the prefix cache (its hits counter, from /metrics, goes up by one).
 """
 
 import argparse
@@ -27,6 +37,7 @@ import json
 import statistics
 import sys
 import time
+import urllib.request
 
 try:
     import openai
@@ -59,9 +70,10 @@ def prompt(i, run, api):
     return f"Story {run}-{i}, a long, detailed story about {topic}. Once upon a time"
 
 
-async def one_request(client, model, i, run, max_tokens, api):
+async def one_request(client, model, i, run, max_tokens, api, on_first=None, extra=None):
     """Streams one chat completion (`api` "chat") or text completion ("completions");
-    returns (ttft_s, [inter-token gaps], tokens, total_s).
+    returns (ttft_s, [inter-token gaps], tokens, total_s). `on_first` is called at the
+    first piece of text; `extra` goes into the request body as is.
 
     The stream is read through the client's raw response and each server-sent event
     parsed with `json`, not into the client's typed chunk objects: on a 2-core machine
@@ -71,7 +83,7 @@ async def one_request(client, model, i, run, max_tokens, api):
     started = time.perf_counter()
     arrivals, usage = [], None
     common = dict(model=model, max_tokens=max_tokens, temperature=0, stream=True,
-                  stream_options={"include_usage": True})
+                  stream_options={"include_usage": True}, extra_body=extra)
     if api == "chat":
         stream = client.chat.completions.with_streaming_response.create(
             messages=[{"role": "user", "content": prompt(i, run, api)}], **common)
@@ -94,6 +106,8 @@ async def one_request(client, model, i, run, max_tokens, api):
             if choices and ((choices[0].get("delta") or {}).get("content")
                             or choices[0].get("text")):
                 arrivals.append(time.perf_counter())
+                if on_first is not None and len(arrivals) == 1:
+                    on_first()
     ended = time.perf_counter()
     if not arrivals:
         raise RuntimeError(f"request {i} returned no text")
@@ -148,6 +162,95 @@ def summary(values):
     }
 
 
+# What each round sends beside the streams: nothing, a plain prompt, a scored one.
+KINDS = ("none", "plain", "scored")
+
+
+def scored_ids(n, run):
+    """A prompt of `n` token ids for scoring round `run`: ordinary ids of the vocabulary's
+    first 20k, different in every round, so no round's prompt is one cached before."""
+    return [1000 + (7 * i + 131 * run) % 19000 for i in range(n)]
+
+
+async def score(client, model, ids, scored=True):
+    """Scores a prompt (echo with log-probabilities, one token generated; or, not
+    `scored`, only generates that token); returns the seconds it took and the prompt's
+    scores' count (the generated token's left out)."""
+    started = time.perf_counter()
+    asked = dict(echo=True, logprobs=1) if scored else {}
+    reply = await client.completions.create(model=model, prompt=ids, max_tokens=1,
+                                            temperature=0, **asked)
+    took = time.perf_counter() - started
+    if not scored:
+        return took, len(ids)
+    return took, len(reply.choices[0].logprobs.token_logprobs) - 1
+
+
+async def scoring_round(client, model, streams, max_tokens, run, tokens, kind):
+    """Runs `streams` streams of `max_tokens` tokens and, unless `kind` is "none", one
+    prompt of `tokens` tokens sent once every stream has its first token: scored
+    ("scored") or only generating one token ("plain", what any new request costs the
+    streams); returns (the streams' inter-token gaps, that prompt's seconds or None)."""
+    started = asyncio.Event()
+    firsts = []
+
+    def first():
+        firsts.append(1)
+        if len(firsts) == streams:
+            started.set()
+
+    extra = {"ignore_eos": True}
+    tasks = [asyncio.create_task(one_request(client, model, i, run, max_tokens, "completions",
+                                             on_first=first, extra=extra))
+             for i in range(streams)]
+    took = None
+    if kind != "none":
+        await started.wait()
+        took, count = await score(client, model, scored_ids(tokens, run), kind == "scored")
+        if count != tokens:
+            raise RuntimeError(f"a scored prompt of {tokens} tokens came back with {count} scores")
+    results = await asyncio.gather(*tasks)
+    return [g for r in results for g in r[1]], took
+
+
+def prefix_hits(url):
+    """The server's prefix cache hits so far, from its /metrics."""
+    with urllib.request.urlopen(url + "/metrics") as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("switchyard_prefix_cache_hits_total"):
+            return float(line.split()[-1])
+    return float("nan")
+
+
+async def scoring(url, model, streams, max_tokens, tokens, rounds):
+    """The `--scored-prompt` measurement on one server: rows of inter-token summaries
+    without and with a scored prompt, and the repeat's two latencies and hits."""
+    http = openai.DefaultAsyncHttpxClient(limits=limits(max_keepalive_connections=0))
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
+                                timeout=600, http_client=http)
+    # Warm-up: compiles the steps the prompts' chunks ride in, outside the measurement
+    # (as many tokens as measured, so the streams are still running as they will be).
+    for kind in KINDS[1:]:
+        await scoring_round(client, model, streams, max_tokens, len(KINDS) * 1000, tokens,
+                            kind)
+    rows = []
+    for run in range(1, rounds + 1):
+        for k, kind in enumerate(KINDS):
+            gaps, took = await scoring_round(client, model, streams, max_tokens,
+                                             len(KINDS) * run + k, tokens, kind)
+            rows.append({"prompt": kind, "round": run, "itl_ms": summary(gaps),
+                         "itl_max_ms": 1e3 * max(gaps), "gaps": len(gaps),
+                         "prompt_s": took})
+    ids = scored_ids(tokens, 10_000)
+    before = prefix_hits(url)
+    first, _ = await score(client, model, ids)
+    second, _ = await score(client, model, ids)
+    after = prefix_hits(url)
+    await client.close()
+    return rows, {"first_s": first, "second_s": second, "prefix_hits": after - before}
+
+
 async def model_name(url):
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none")
     models = await client.models.list()
@@ -164,10 +267,35 @@ async def main():
     ap.add_argument("--api", choices=["chat", "completions"], default="chat",
                     help="streaming chat completions (default) or text completions")
     ap.add_argument("--json", metavar="OUT", help="also write every result as JSON")
+    ap.add_argument("--scored-prompt", type=int, metavar="N",
+                    help="measure a scored prompt of N tokens beside --streams streams")
+    ap.add_argument("--streams", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     servers = [s.split("=", 1) for s in args.server]
     levels = [int(c) for c in args.concurrency.split(",")]
     names = {url: await model_name(url) for _, url in servers}
+    if args.scored_prompt:
+        out = {}
+        print(f"{'server':<14}{'prompt':>7}{'round':>6}{'gaps':>6}{'ITL p50':>9}{'p99':>8}"
+              f"{'max':>8}{'prompt':>9}  (ms)")
+        for name, url in servers:
+            rows, repeat = await scoring(url, names[url], args.streams, args.max_tokens,
+                                         args.scored_prompt, args.rounds)
+            out[name] = {"rows": rows, "repeat": repeat}
+            for r in rows:
+                i, took = r["itl_ms"], r["prompt_s"]
+                took = f"{1e3 * took:>9.0f}" if took is not None else f"{'-':>9}"
+                print(f"{name:<14}{r['prompt']:>7}{r['round']:>6}"
+                      f"{r['gaps']:>6}{i['p50']:>9.1f}{i['p99']:>8.1f}{r['itl_max_ms']:>8.1f}"
+                      f"{took}")
+            print(f"{name}: the same scored prompt alone twice: {1e3 * repeat['first_s']:.0f} ms, "
+                  f"then {1e3 * repeat['second_s']:.0f} ms; prefix cache hits "
+                  f"+{repeat['prefix_hits']:.0f}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return
     # One short request each first: compiles and warms caches outside the measurement.
     for _, url in servers:
         await level(url, names[url], 1, 8, 0, args.api)

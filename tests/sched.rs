@@ -9,9 +9,12 @@ use std::sync::Arc;
 use switchyard::backend::fault::{FaultKind, Faulty};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, Fault, KV_BLOCK};
 use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
+use switchyard::model::{
+    fetch, generate, prompt_logprobs, FinishReason, GenerateOptions, Generation, Model,
+    TokenLogprobs,
+};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
-use switchyard::step::{step_bucket, Runner};
+use switchyard::step::{step_bucket, Runner, PREFILL_CHUNK};
 
 fn load() -> (Model, Runner) {
     let model = Model::open(&fetch::default_model_path(false).unwrap()).unwrap();
@@ -33,6 +36,13 @@ fn options(model: &Model, max_tokens: usize) -> GenerateOptions {
         stop_ids: model.stop_ids.clone(),
         ..GenerateOptions::default()
     }
+}
+
+/// Submits `request` and admits it at once (the test's bug if it does not join).
+fn join(scheduler: &mut Scheduler<'_, u64>, runner: &Runner, id: u64, request: Request) {
+    scheduler.submit(id, request);
+    let joined = scheduler.admit(runner, &mut |_, _| panic!("request {id} was refused"));
+    assert_eq!(joined, 1, "request {id} waits");
 }
 
 #[test]
@@ -82,19 +92,21 @@ fn staggered_generations_match_each_run_alone() {
                 prompt: prompts[next].clone(),
                 options: options(&model, 16),
                 sampler: greedy(),
+                score: None,
             };
-            scheduler.admit(&runner, next as u64, request).unwrap();
+            scheduler.submit(next as u64, request);
             next += 1;
         }
-        if scheduler.running() == 0 {
+        if scheduler.is_idle() {
             break;
         }
-        let report = scheduler.step(&mut runner, &mut |id, event| {
+        let report = scheduler.step(&mut runner, &mut |&id, event| {
             match event {
                 Event::Text { text, .. } => texts.entry(id).or_default().push_str(text),
                 Event::Done(result) => {
                     done.insert(id, result.unwrap());
                 }
+                Event::Prompt { .. } => panic!("no prompt was scored"),
             }
             true
         });
@@ -138,29 +150,41 @@ fn refusals_and_cancellations_leave_the_others_running() {
         prompt: vec![1; 1100],
         options: options(&model, 4),
         sampler: greedy(),
+        score: None,
     };
-    let err = scheduler.admit(&runner, 9, too_long).unwrap_err();
+    scheduler.submit(9, too_long);
+    let mut refused = None;
+    let joined = scheduler.admit(&runner, &mut |&id, event| {
+        if let Event::Done(result) = event {
+            refused = Some((id, result.unwrap_err()));
+        }
+        false
+    });
+    let (id, err) = refused.expect("the long prompt is refused when its turn comes");
+    assert_eq!((joined, id), (0, 9));
     assert!(err.to_string().contains("context holds 1024"), "{err}");
     for id in [1, 2] {
         let request = Request {
             prompt: prompt.clone(),
             options: options(&model, 50),
             sampler: greedy(),
+            score: None,
         };
-        scheduler.admit(&runner, id, request).unwrap();
+        join(&mut scheduler, &runner, id, request);
     }
     assert!(!scheduler.has_room());
     let mut ended: HashMap<u64, FinishReason> = HashMap::new();
-    let mut on_event = |id: u64, event: Event<'_>| match event {
+    let mut on_event = |&id: &u64, event: Event<'_>| match event {
         // Sequence 1's client goes away at its first text.
         Event::Text { .. } => id != 1,
         Event::Done(result) => {
             ended.insert(id, result.unwrap().finish_reason);
             false
         }
+        Event::Prompt { .. } => true,
     };
     for _ in 0..200 {
-        if scheduler.running() == 0 {
+        if scheduler.is_idle() {
             break;
         }
         scheduler.step(&mut runner, &mut on_event);
@@ -225,11 +249,12 @@ fn a_bug_in_one_sequences_step_fails_that_request_alone() {
             prompt: prompt.clone(),
             options: options(&model, 12),
             sampler: greedy(),
+            score: None,
         };
-        scheduler.admit(&runner, id as u64, request).unwrap();
+        scheduler.submit(id as u64, request);
     }
     let mut ended = HashMap::new();
-    let mut on_event = |id: u64, event: Event<'_>| {
+    let mut on_event = |&id: &u64, event: Event<'_>| {
         if let Event::Done(result) = event {
             ended.insert(id as usize, result);
         }
@@ -238,7 +263,7 @@ fn a_bug_in_one_sequences_step_fails_that_request_alone() {
     let first = scheduler.step(&mut runner, &mut on_event);
     assert_eq!(first.sequences, 4, "every prompt rides in the first step");
     for _ in 0..100 {
-        if scheduler.running() == 0 {
+        if scheduler.is_idle() {
             break;
         }
         scheduler.step(&mut runner, &mut on_event);
@@ -292,10 +317,11 @@ fn a_shared_prompt_prefix_is_evaluated_once_and_changes_nothing() {
             prompt: p.clone(),
             options: options(&model, 8),
             sampler: greedy(),
+            score: None,
         };
-        scheduler.admit(&runner, id, request).unwrap();
-        while scheduler.running() > 0 {
-            let report = scheduler.step(&mut runner, &mut |id, event| {
+        scheduler.submit(id, request);
+        while !scheduler.is_idle() {
+            let report = scheduler.step(&mut runner, &mut |&id, event| {
                 if let Event::Done(result) = event {
                     done.insert(id, result.unwrap());
                 }
@@ -328,27 +354,29 @@ fn a_running_prompt_is_shared_by_whole_blocks_and_an_ended_one_to_the_token() {
         prompt: prompt.clone(),
         options: options(&model, 6),
         sampler: greedy(),
+        score: None,
     };
     let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
     let mut done: HashMap<u64, Generation> = HashMap::new();
     let mut texts = 0;
-    let mut step = |scheduler: &mut Scheduler<'_>, runner: &mut Runner| {
-        scheduler.step(runner, &mut |id, event| {
+    let mut step = |scheduler: &mut Scheduler<'_, u64>, runner: &mut Runner| {
+        scheduler.step(runner, &mut |&id, event| {
             match event {
                 Event::Text { .. } => texts += 1,
                 Event::Done(result) => {
                     done.insert(id, result.unwrap());
                 }
+                Event::Prompt { .. } => panic!("no prompt was scored"),
             }
             true
         });
     };
-    scheduler.admit(&runner, 0, request()).unwrap();
+    join(&mut scheduler, &runner, 0, request());
     step(&mut scheduler, &mut runner);
     step(&mut scheduler, &mut runner);
     // Sequence 0 is generating: a second request shares its whole blocks only (the
     // block sequence 0 writes into stays its own).
-    scheduler.admit(&runner, 1, request()).unwrap();
+    join(&mut scheduler, &runner, 1, request());
     let stats = scheduler.prefix_stats();
     assert_eq!(
         (stats.hits, stats.reused_tokens),
@@ -359,7 +387,7 @@ fn a_running_prompt_is_shared_by_whole_blocks_and_an_ended_one_to_the_token() {
         step(&mut scheduler, &mut runner);
     }
     // Ended, the prompt is shared to the token (all but the one that gives logits).
-    scheduler.admit(&runner, 2, request()).unwrap();
+    join(&mut scheduler, &runner, 2, request());
     while scheduler.running() > 0 {
         step(&mut scheduler, &mut runner);
     }
@@ -385,14 +413,139 @@ fn kv_positions_free_follow_the_reservations_under_a_budget() {
         prompt: prompt.clone(),
         options: options(&model, 50),
         sampler: greedy(),
+        score: None,
     };
-    let unbounded = Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
+    let unbounded: Scheduler<'_, u64> =
+        Scheduler::new(&model.tokenizer, Limits::parallel(2).unwrap());
     assert_eq!(unbounded.kv_free(), None);
     let limits = Limits::parallel(2).unwrap().with_kv_positions(300);
     let mut scheduler = Scheduler::new(&model.tokenizer, limits);
     assert_eq!(scheduler.kv_free(), Some(300));
-    scheduler.admit(&runner, 1, request()).unwrap();
+    join(&mut scheduler, &runner, 1, request());
     let reserved = prompt.len() + 50;
     assert_eq!(scheduler.kv_reserved(), reserved);
     assert_eq!(scheduler.kv_free(), Some(300 - reserved));
+}
+
+/// A scored prompt (a completion's `echo` with `logprobs`) rides in steps beside
+/// decoding sequences, a chunk at a time within the step's token budget: its scores are
+/// bit for bit what the unbatched path gives, the sequences beside it get their
+/// alone-tokens, and a second identical scored prompt takes its scores and KV blocks
+/// from the prefix cache.
+#[test]
+fn a_scored_prompt_rides_in_steps_and_a_second_copy_reuses_the_prefix_cache() {
+    let (model, mut runner) = load();
+    let text = "The tide comes in and the tide goes out, twice a day. ".repeat(20);
+    let scored = model.tokenizer.encode(&text, true).unwrap();
+    assert!(scored.len() > 3 * PREFILL_CHUNK, "{} tokens", scored.len());
+    let unbatched = prompt_logprobs(&mut runner, &scored, 2).unwrap();
+    let streams: Vec<Vec<u32>> = ["Count to twenty.", "Name the planets."]
+        .iter()
+        .map(|t| model.tokenizer.encode_chat(t).unwrap())
+        .collect();
+    let alone: Vec<Generation> = streams
+        .iter()
+        .map(|p| {
+            let mut sampler = Sampler::new(greedy()).unwrap();
+            let options = options(&model, 40);
+            generate(
+                &mut runner,
+                &model.tokenizer,
+                &mut sampler,
+                p,
+                &options,
+                &mut |_| true,
+            )
+            .unwrap()
+        })
+        .collect();
+    let request = |prompt: &[u32], max_tokens, score| Request {
+        prompt: prompt.to_vec(),
+        options: options(&model, max_tokens),
+        sampler: greedy(),
+        score,
+    };
+
+    let mut scheduler = Scheduler::new(&model.tokenizer, Limits::parallel(4).unwrap());
+    let mut seen = Seen::default();
+    for (id, prompt) in streams.iter().enumerate() {
+        scheduler.submit(id as u64, request(prompt, 40, None));
+    }
+    scheduler.step(&mut runner, &mut |&id, e| seen.on(id, e));
+    scheduler.submit(2, request(&scored, 3, Some(2)));
+    let mut rode = 0;
+    while !scheduler.is_idle() {
+        let report = scheduler.step(&mut runner, &mut |&id, e| seen.on(id, e));
+        // One chunk at a time, never the whole prompt in one pass; a scored token
+        // weighs two.
+        assert!(report.prompt_tokens <= PREFILL_CHUNK / 2, "{report:?}");
+        if report.prompt_tokens > 0 && report.tokens - report.prompt_tokens == 2 {
+            rode += 1;
+        }
+    }
+    assert!(
+        rode >= scored.len().div_ceil(PREFILL_CHUNK / 2),
+        "the scored prompt rode beside both decodes in {rode} steps"
+    );
+    assert!(!seen.text_before_scores, "the scores come before the text");
+    assert_eq!(
+        seen.scores[&2], unbatched,
+        "scoring in steps changed the scores"
+    );
+    for (j, want) in alone.iter().enumerate() {
+        assert_eq!(seen.done[&(j as u64)].tokens, want.tokens, "stream {j}");
+    }
+
+    let before = scheduler.prefix_stats();
+    scheduler.submit(3, request(&scored, 3, Some(2)));
+    let mut evaluated = 0;
+    while !scheduler.is_idle() {
+        let report = scheduler.step(&mut runner, &mut |&id, e| seen.on(id, e));
+        evaluated += report.prompt_tokens;
+    }
+    let after = scheduler.prefix_stats();
+    assert_eq!(after.hits, before.hits + 1, "{after:?}");
+    let reused = after.reused_tokens - before.reused_tokens;
+    assert_eq!(reused as usize, scored.len() - 1, "{after:?}");
+    assert_eq!(
+        evaluated, 1,
+        "only the last prompt token is evaluated again"
+    );
+    assert_eq!(seen.scores[&3], unbatched, "reused scores differ");
+    assert_eq!(seen.done[&3].tokens, seen.done[&2].tokens);
+    // Fewer alternatives reuse the same entry: each place's first of them.
+    scheduler.submit(4, request(&scored, 1, Some(1)));
+    while !scheduler.is_idle() {
+        scheduler.step(&mut runner, &mut |&id, e| seen.on(id, e));
+    }
+    assert_eq!(scheduler.prefix_stats().hits, after.hits + 1);
+    let fewer = prompt_logprobs(&mut runner, &scored, 1).unwrap();
+    assert_eq!(seen.scores[&4], fewer);
+}
+
+/// What a test's requests were told: scores, ends, and whether a scored request's text
+/// came before its scores.
+#[derive(Default)]
+struct Seen {
+    scores: HashMap<u64, Vec<TokenLogprobs>>,
+    done: HashMap<u64, Generation>,
+    text_before_scores: bool,
+}
+
+impl Seen {
+    fn on(&mut self, id: u64, event: Event<'_>) -> bool {
+        match event {
+            Event::Prompt { logprobs } => {
+                let first = self.scores.insert(id, logprobs.to_vec()).is_none();
+                assert!(first, "request {id} was scored twice");
+            }
+            Event::Text { .. } => {
+                self.text_before_scores |= id >= 2 && !self.scores.contains_key(&id);
+            }
+            Event::Done(result) => {
+                self.done.insert(id, result.unwrap());
+            }
+        }
+        true
+    }
 }

@@ -854,6 +854,29 @@ fn several_prompts_are_answered_as_each_alone_numbered_on() {
         .collect();
     assert_eq!(texts, want);
 
+    // A choice that takes its prompt from the prefix cache (remembered unscored) starts
+    // generating before its job's scored prompt is in, chunk by chunk: streamed, its text
+    // still follows the echo, as in the whole reply.
+    let long = "The river bends past the mill and the old stone bridge. ".repeat(12);
+    complete(json!({"prompt": long, "max_tokens": 1, "temperature": 0}));
+    let mut body = json!({"prompt": long, "max_tokens": 4, "temperature": 0, "n": 2,
+                          "echo": true, "logprobs": 1, "stream": true});
+    let response = post(server.addr, "/v1/completions", &body);
+    assert_eq!(response.status, 200, "{}", response.text());
+    let joined = joined_choices(&chunks(&response.text()));
+    body["stream"] = json!(false);
+    let whole = complete(body);
+    for (i, (text, arrays)) in joined.iter().enumerate() {
+        let want = &whole["choices"][i];
+        assert!(text.starts_with(&long), "choice {i}: {text:?}");
+        assert_eq!(text, want["text"].as_str().unwrap(), "choice {i}");
+        assert_eq!(
+            &Value::Object(arrays.clone()),
+            &want["logprobs"],
+            "choice {i}"
+        );
+    }
+
     // Too many choices in all is refused by name.
     let refused = |body: Value, code: &str| {
         let response = post(server.addr, "/v1/completions", &body);

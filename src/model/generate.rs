@@ -129,7 +129,8 @@ pub fn generate(
 /// The log-probability of each token of `prompt` after the first given those before
 /// it, with the `k` most likely tokens at each place (a completion's `echo` with
 /// `logprobs`), scored on a fresh sequence of `runner` in one pass over the prompt. Empty
-/// for a one-token prompt.
+/// for a one-token prompt. The unbatched path: the server scores a prompt in the
+/// scheduler's steps (`crate::sched::Request::score`), to these same values.
 pub fn prompt_logprobs(
     runner: &mut Runner,
     prompt: &[u32],
@@ -479,8 +480,9 @@ fn with_logprobs<'a, 'b: 'a>(
     }
 }
 
-/// `token`'s log-probability under `logits` and the `k` most likely tokens'.
-fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
+/// `token`'s log-probability under `logits` and the `k` most likely tokens', best first
+/// (ties to the lower id, so the first `j` of `k` are the `j` most likely).
+pub fn token_logprobs(logits: &[f32], token: u32, k: usize) -> TokenLogprobs {
     let norm = log_normalizer(logits);
     let logprob = |id: u32| logits.get(id as usize).map_or(f32::NAN, |l| l - norm);
     TokenLogprobs {

@@ -24,8 +24,8 @@ pub mod tokenizer;
 
 pub use error::ModelError;
 pub use generate::{
-    generate, generate_after, prompt_logprobs, Decoding, FinishReason, GenerateOptions, Generation,
-    OnPiece, Timings, TokenLogprobs, TopLogit, TopLogprob,
+    generate, generate_after, prompt_logprobs, token_logprobs, Decoding, FinishReason,
+    GenerateOptions, Generation, OnPiece, Timings, TokenLogprobs, TopLogit, TopLogprob,
 };
 pub use loader::Model;
 pub use step_model::LlamaStep;

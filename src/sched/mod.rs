@@ -8,5 +8,5 @@ mod scheduler;
 
 pub use prefix::{PrefixCache, PrefixStats};
 pub use scheduler::{
-    Event, Fit, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS, DEFAULT_PREFIXES,
+    Event, Limits, Request, Scheduler, StepReport, DEFAULT_PREFILL_TOKENS, DEFAULT_PREFIXES,
 };

@@ -1,13 +1,19 @@
-//! Continuous batching: sequences join and leave at step boundaries; every step
-//! evaluates one token of each decoding sequence plus prompt chunks of newly admitted
-//! ones, within a token budget, so running streams keep a bounded time per token.
+//! Continuous batching: requests wait in arrival order, join and leave at step
+//! boundaries; every step evaluates one token of each decoding sequence plus prompt
+//! chunks of newly admitted ones (a scored prompt's among them), within a token budget,
+//! so running streams keep a bounded time per token.
 
-use super::prefix::{PrefixCache, PrefixStats};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::prefix::{PrefixCache, PrefixStats, Scores};
 use crate::model::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 
-use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
+use crate::model::{
+    token_logprobs, Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs,
+};
 use crate::step::{
     step_bucket, Returned, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };
@@ -102,7 +108,7 @@ impl Limits {
 
 /// Whether a request can join now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fit {
+enum Fit {
     /// It can be admitted.
     Now,
     /// Not until running sequences end (no sequence slot, or not enough KV positions).
@@ -124,10 +130,21 @@ pub struct Request {
     pub options: GenerateOptions,
     /// How to pick tokens.
     pub sampler: SamplerConfig,
+    /// Score the prompt too (a completion's `echo` with `logprobs`), with this many most
+    /// likely tokens per place: its chunks return every row's logits, and the scores
+    /// come as [`Event::Prompt`] before any text.
+    pub score: Option<usize>,
 }
 
-/// What the scheduler tells its caller about a sequence.
+/// What the scheduler tells its caller about a request.
 pub enum Event<'a> {
+    /// Its prompt's tokens after the first, each with its log-probability given those
+    /// before it, once its prompt is evaluated (only when [`Request::score`] asked);
+    /// the callback's answer is not read.
+    Prompt {
+        /// One entry per prompt token after the first.
+        logprobs: &'a [TokenLogprobs],
+    },
     /// A new piece of its text, with the log-probabilities of the tokens generated since
     /// the previous piece when its options ask for them (the text may then be empty);
     /// the callback returns `false` to cancel it.
@@ -138,8 +155,11 @@ pub enum Event<'a> {
         logprobs: &'a [TokenLogprobs],
     },
     /// It ended; its last event. A failure keeps its kind (the request's mistake, a
-    /// device's limit, our bug) and is this sequence's own: a failed batched step is
-    /// run again one sequence at a time before any sequence fails.
+    /// device's limit, our bug) and is this request's own: a failed batched step is
+    /// run again one sequence at a time before any sequence fails. A request that
+    /// cannot run (empty prompt, too long, bad sampler settings) ends here when its
+    /// turn to join comes. A generation's time to first token counts from its
+    /// submission (its wait for room included).
     Done(Result<Generation, ModelError>),
 }
 
@@ -154,9 +174,16 @@ pub struct StepReport {
     pub prompt_tokens: usize,
 }
 
-/// A running sequence.
-struct Slot<'t> {
-    id: u64,
+/// A submitted request waiting for room, with its owner's handle.
+struct Waiting<C> {
+    client: C,
+    request: Request,
+    submitted: Instant,
+}
+
+/// A running sequence, with its owner's handle.
+struct Slot<'t, C> {
+    client: C,
     seq: Sequence,
     prompt: Vec<u32>,
     /// KV positions reserved for it: its prompt plus `max_tokens`.
@@ -167,13 +194,56 @@ struct Slot<'t> {
     next: Option<u32>,
     decoding: Decoding<'t>,
     sampler: Sampler,
+    /// Its prompt's scores so far (one per evaluated position, but for the last one),
+    /// when it is scored.
+    scores: Option<Scores>,
+    /// Submission to admission.
+    waited: Duration,
 }
 
-/// Owns the running sequences and steps them together through a [`Runner`].
-pub struct Scheduler<'t> {
+impl<C> Slot<'_, C> {
+    /// What its share of the next step evaluates, given `budget` prompt tokens left
+    /// (taken from it), and what the step returns for it.
+    fn share(&self, budget: &mut usize) -> (Vec<u32>, Returns) {
+        let head = match self.decoding.greedy_only(&self.sampler) {
+            true => Returns::Token,
+            false => Returns::Logits,
+        };
+        if let Some(token) = self.next {
+            return (vec![token], head);
+        }
+        // A scored token weighs two against the budget and the chunk: its row and its
+        // logits row (the head and the scoring cost about half a row more, so a scored
+        // chunk's step costs no more than another prompt's: decision 188). At least one
+        // token while the step has room, so a scored prompt never starves.
+        let weight = if self.scores.is_some() { 2 } else { 1 };
+        let rows = (*budget / weight).max(usize::from(*budget > 0));
+        let take = (self.prompt.len() - self.prefilled)
+            .min(PREFILL_CHUNK / weight)
+            .min(rows);
+        *budget = budget.saturating_sub(take * weight);
+        let end = self.prefilled + take;
+        // A scored prompt's chunks return every row; another's last chunk returns its
+        // logits, or only its token when greedy decoding needs nothing else (decision
+        // 147), and the chunks before it nothing.
+        let returns = match (self.scores.is_some(), end == self.prompt.len()) {
+            (true, _) => Returns::Every,
+            (false, true) => head,
+            (false, false) => Returns::Nothing,
+        };
+        (self.prompt[self.prefilled..end].to_vec(), returns)
+    }
+}
+
+/// Owns every request from its submission to its last token: those waiting for room,
+/// in arrival order, and the running sequences it steps together through a [`Runner`].
+/// `C` is the request's owner's handle (a connection, an id), given back with each of
+/// its events.
+pub struct Scheduler<'t, C> {
     tokenizer: &'t Tokenizer,
     limits: Limits,
-    slots: Vec<Slot<'t>>,
+    waiting: VecDeque<Waiting<C>>,
+    slots: Vec<Slot<'t, C>>,
     prefixes: PrefixCache,
 }
 
@@ -182,12 +252,13 @@ pub struct Scheduler<'t> {
 /// tokens of the default model hold tens of MiB).
 pub const DEFAULT_PREFIXES: usize = 64;
 
-impl<'t> Scheduler<'t> {
+impl<'t, C> Scheduler<'t, C> {
     /// An empty scheduler decoding text with `tokenizer`.
-    pub fn new(tokenizer: &'t Tokenizer, limits: Limits) -> Scheduler<'t> {
+    pub fn new(tokenizer: &'t Tokenizer, limits: Limits) -> Scheduler<'t, C> {
         Scheduler {
             tokenizer,
             limits,
+            waiting: VecDeque::new(),
             slots: Vec::new(),
             prefixes: PrefixCache::new(DEFAULT_PREFIXES),
         }
@@ -205,7 +276,7 @@ impl<'t> Scheduler<'t> {
 
     /// Whether `request` can join now: a free slot and, under a KV budget, room for
     /// its prompt plus `max_tokens` beside what the running sequences reserved.
-    pub fn fits(&self, request: &Request) -> Fit {
+    fn fits(&self, request: &Request) -> Fit {
         let needed = positions(request);
         match self.limits.kv_positions {
             Some(budget) if needed > budget => Fit::Never { needed, budget },
@@ -241,31 +312,83 @@ impl<'t> Scheduler<'t> {
         self.slots.len()
     }
 
-    /// Adds a sequence that joins the next step; refuses a request that cannot run
-    /// (empty prompt, too long for the context, bad sampler settings) without
-    /// touching the others.
-    pub fn admit(&mut self, runner: &Runner, id: u64, request: Request) -> Result<(), ModelError> {
-        match self.fits(&request) {
-            Fit::Now => {}
-            // Callers wait while `fits` says `Later`; admitting anyway is their bug.
-            Fit::Later => {
-                return Err(ModelError::internal(format!(
-                    "no room: {} sequences run, reserving {} KV positions",
-                    self.slots.len(),
-                    self.kv_reserved()
-                )))
-            }
-            Fit::Never { needed, budget } => {
-                return Err(ModelError::Input(format!(
+    /// Requests waiting for room.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether no request waits or runs.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.slots.is_empty()
+    }
+
+    /// Queues `request` for `client`: it joins at a step boundary, after those
+    /// submitted before it, once there is room ([`Scheduler::admit`]).
+    pub fn submit(&mut self, client: C, request: Request) {
+        self.waiting.push_back(Waiting {
+            client,
+            request,
+            submitted: Instant::now(),
+        });
+    }
+
+    /// Admits waiting requests in arrival order while the first of them fits (a free
+    /// slot, KV positions under a budget); one that cannot run ends at once through
+    /// `on_event` without touching the others. Returns how many joined.
+    pub fn admit(
+        &mut self,
+        runner: &Runner,
+        on_event: &mut dyn FnMut(&C, Event<'_>) -> bool,
+    ) -> usize {
+        let mut joined = 0;
+        while let Some(head) = self.waiting.front() {
+            let refused = match self.fits(&head.request) {
+                Fit::Later => break,
+                Fit::Never { needed, budget } => Some(ModelError::Input(format!(
                     "the request needs {needed} KV positions (prompt plus max_tokens) but the KV memory holds {budget}; lower max_tokens or raise --kv-memory"
-                )))
+                ))),
+                Fit::Now => None,
+            };
+            let Some(Waiting {
+                client,
+                request,
+                submitted,
+            }) = self.waiting.pop_front()
+            else {
+                break;
+            };
+            let started = match refused {
+                Some(e) => Err(e),
+                None => self.start(runner, request, submitted),
+            };
+            match started {
+                Ok(slot) => {
+                    self.slots.push(slot(client));
+                    joined += 1;
+                }
+                Err(e) => {
+                    on_event(&client, Event::Done(Err(e)));
+                }
             }
         }
+        joined
+    }
+
+    /// The running sequence for `request` (given its client), from the longest
+    /// remembered prefix of its prompt; refuses a request that cannot run (empty
+    /// prompt, too long for the context, bad sampler settings).
+    fn start(
+        &mut self,
+        runner: &Runner,
+        request: Request,
+        submitted: Instant,
+    ) -> Result<impl FnOnce(C) -> Slot<'t, C>, ModelError> {
         let reserved = positions(&request);
         let sampler = Sampler::new(request.sampler)?;
-        let (seq, prefilled) = match self.prefixes.lookup(&request.prompt) {
-            Some((seq, reused)) => (seq, reused),
-            None => (runner.new_sequence()?, 0),
+        let lookup = self.prefixes.lookup(&request.prompt, request.score);
+        let (seq, prefilled, scored) = match lookup {
+            Some(reused) => (reused.seq, reused.len, reused.scores),
+            None => (runner.new_sequence()?, 0, Vec::new()),
         };
         let decoding = Decoding::new(
             self.tokenizer,
@@ -273,8 +396,13 @@ impl<'t> Scheduler<'t> {
             request.options,
             seq.context(),
         )?;
-        self.slots.push(Slot {
-            id,
+        let scores = request.score.map(|top| Scores {
+            top,
+            logprobs: scored,
+        });
+        let waited = submitted.elapsed();
+        Ok(move |client| Slot {
+            client,
             seq,
             prompt: request.prompt,
             reserved,
@@ -282,56 +410,73 @@ impl<'t> Scheduler<'t> {
             next: None,
             decoding,
             sampler,
-        });
-        Ok(())
+            scores,
+            waited,
+        })
     }
 
-    /// Ends every running sequence without an event (the caller reports them), e.g.
-    /// after a step panicked; returns their ids.
-    pub fn abort_all(&mut self) -> Vec<u64> {
-        self.slots.drain(..).map(|s| s.id).collect()
+    /// Ends every waiting and running request without an event (the caller reports
+    /// them), e.g. when the server stops; returns their clients, waiting ones first.
+    pub fn abort_all(&mut self) -> Vec<C> {
+        let waiting = self.waiting.drain(..).map(|w| w.client);
+        let running = self.slots.drain(..).map(|s| s.client);
+        waiting.chain(running).collect()
     }
 
-    /// Ends every running sequence like [`Scheduler::abort_all`] and forgets every
-    /// cached prefix: after a step panicked, nothing it may have half-written is used
-    /// again. Returns the running sequences' ids.
-    pub fn reset(&mut self) -> Vec<u64> {
+    /// Ends every running sequence without an event and forgets every cached prefix:
+    /// after a step panicked, nothing it may have half-written is used again. Waiting
+    /// requests stay. Returns the running sequences' clients.
+    pub fn reset(&mut self) -> Vec<C> {
         self.prefixes.clear();
-        self.abort_all()
+        self.slots.drain(..).map(|s| s.client).collect()
     }
 
-    /// Runs one step over the running sequences: one token of each decoding one, then
-    /// prompt chunks in arrival order while the token budget lasts. Streams text and
-    /// ends through `on_event` (whose `false` cancels that sequence).
+    /// Ends the requests whose clients `gone` says have left: a waiting one silently,
+    /// a running one as cancelled, reporting its end through `on_event`.
+    pub fn cancel_where(
+        &mut self,
+        gone: impl Fn(&C) -> bool,
+        on_event: &mut dyn FnMut(&C, Event<'_>) -> bool,
+    ) {
+        self.waiting.retain(|w| !gone(&w.client));
+        let mut i = 0;
+        while i < self.slots.len() {
+            if !gone(&self.slots[i].client) {
+                i += 1;
+                continue;
+            }
+            let mut slot = self.slots.remove(i);
+            let scores = slot.scores.as_ref();
+            self.prefixes.insert(&slot.prompt, &mut slot.seq, scores);
+            let mut quiet = |_: &str, _: &[TokenLogprobs]| false;
+            let result = slot.decoding.finish(&mut quiet);
+            on_event(&slot.client, Event::Done(timed(result, slot.waited)));
+        }
+    }
+
+    /// Admits what waits and fits ([`Scheduler::admit`]), then runs one step over the
+    /// running sequences: one token of each decoding one, then prompt chunks in arrival
+    /// order while the token budget lasts (a scored prompt's chunks among them, with a
+    /// logits row per token). Streams scores, text and ends through `on_event` (whose
+    /// `false` to a piece of text cancels that request).
     pub fn step(
         &mut self,
         runner: &mut Runner,
-        on_event: &mut dyn FnMut(u64, Event<'_>) -> bool,
+        on_event: &mut dyn FnMut(&C, Event<'_>) -> bool,
     ) -> StepReport {
-        // Per slot, the tokens it evaluates this step (empty: waits).
-        let plan_decodes = self
-            .slots
-            .iter()
-            .map(|s| s.next.map_or_else(Vec::new, |t| vec![t]));
-        let mut plan: Vec<Vec<u32>> = plan_decodes.collect();
-        let decodes = plan.iter().filter(|p| !p.is_empty()).count();
+        self.admit(runner, on_event);
+        let decodes = self.slots.iter().filter(|s| s.next.is_some()).count();
         let mut budget = self.limits.prompt_budget(decodes);
-        for (slot, tokens) in self.slots.iter().zip(plan.iter_mut()) {
-            if slot.next.is_none() && budget > 0 {
-                let take = (slot.prompt.len() - slot.prefilled)
-                    .min(PREFILL_CHUNK)
-                    .min(budget);
-                *tokens = slot.prompt[slot.prefilled..slot.prefilled + take].to_vec();
-                budget -= take;
-            }
-        }
+        // Per slot, the tokens it evaluates this step (empty: waits) and what it gets.
+        let plan: Vec<(Vec<u32>, Returns)> =
+            self.slots.iter().map(|s| s.share(&mut budget)).collect();
         let mut report = StepReport::default();
         let mut work: Vec<Work<'_>> = Vec::new();
         let mut stepped = Vec::new();
         // The constrained sequences that draw after this step, whose masks are computed
         // beside the forward pass (decision 157).
         let mut masks: Vec<&mut Decoding<'t>> = Vec::new();
-        for (i, (slot, tokens)) in self.slots.iter_mut().zip(&plan).enumerate() {
+        for (i, (slot, (tokens, returns))) in self.slots.iter_mut().zip(&plan).enumerate() {
             if tokens.is_empty() {
                 continue;
             }
@@ -340,22 +485,15 @@ impl<'t> Scheduler<'t> {
             if slot.next.is_none() {
                 report.prompt_tokens += tokens.len();
             }
-            // A decode, or its prompt's last chunk: the step returns its logits, or only
-            // its token when greedy decoding needs nothing else (decision 147).
-            let logits = slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len();
-            let returns = match logits {
-                false => Returns::Nothing,
-                true if slot.decoding.greedy_only(&slot.sampler) => Returns::Token,
-                true => Returns::Logits,
-            };
-            stepped.push((i, returns));
-            if logits && slot.decoding.constrained() {
+            stepped.push(i);
+            let draws = slot.next.is_some() || slot.prefilled + tokens.len() == slot.prompt.len();
+            if draws && slot.decoding.constrained() {
                 masks.push(&mut slot.decoding);
             }
             work.push(Work {
                 seq: &mut slot.seq,
                 tokens,
-                returns,
+                returns: *returns,
             });
         }
         if work.is_empty() {
@@ -372,8 +510,8 @@ impl<'t> Scheduler<'t> {
             }),
         };
         drop(work);
-        // Per stepped sequence, where its return is (which output, which row), or why
-        // its step failed. A failed batch of several is run again one sequence at a
+        // Per stepped sequence, where its rows are (which output, which first row), or
+        // why its step failed. A failed batch of several is run again one sequence at a
         // time, so only the sequences whose own step fails get an error (decision 173).
         let mut outputs = Vec::new();
         let mut outcomes: Vec<Result<(usize, usize), ModelError>> = Vec::new();
@@ -381,9 +519,10 @@ impl<'t> Scheduler<'t> {
             Ok(output) => {
                 outputs.push(output);
                 let mut row = 0;
-                for &(_, returns) in &stepped {
+                for &i in &stepped {
                     outcomes.push(Ok((0, row)));
-                    row += usize::from(returns.head());
+                    let (tokens, returns) = &plan[i];
+                    row += returns.rows(tokens.len());
                 }
             }
             Err(e) if stepped.len() == 1 => outcomes.push(Err(e.into())),
@@ -392,17 +531,18 @@ impl<'t> Scheduler<'t> {
                     "a batched step of {} sequences failed ({e}); running each alone",
                     stepped.len()
                 );
-                for &(i, returns) in &stepped {
+                for &i in &stepped {
                     let seq = &mut self.slots[i].seq;
-                    let tokens = &plan[i];
-                    match runner.forward_batch(&mut [Work {
+                    let (tokens, returns) = &plan[i];
+                    let mut alone = [Work {
                         seq,
                         tokens,
-                        returns,
-                    }]) {
-                        Ok(alone) => {
+                        returns: *returns,
+                    }];
+                    match runner.forward_batch(&mut alone) {
+                        Ok(output) => {
                             outcomes.push(Ok((outputs.len(), 0)));
-                            outputs.push(alone);
+                            outputs.push(output);
                         }
                         Err(e) => outcomes.push(Err(e.into())),
                     }
@@ -411,68 +551,129 @@ impl<'t> Scheduler<'t> {
         }
         let rows: Vec<Vec<Returned<'_>>> = outputs.iter().map(|o| o.iter().collect()).collect();
         let mut ended = Vec::new();
-        for (&(i, returns), outcome) in stepped.iter().zip(outcomes) {
-            let (output, row) = match outcome {
-                Ok(at) => at,
-                Err(e) => {
-                    ended.push((i, Some(e)));
-                    continue;
-                }
-            };
-            let slot = &mut self.slots[i];
-            if slot.next.is_none() {
-                slot.prefilled += plan[i].len();
-                if !returns.head() {
-                    continue;
-                }
-                self.prefixes.insert_running(&slot.prompt, &mut slot.seq);
-            }
-            let Some(&returned) = rows[output].get(row) else {
-                let missing = ModelError::internal("a batched step returned too few logits");
-                ended.push((i, Some(missing)));
-                continue;
-            };
-            let id = slot.id;
-            let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
-                on_event(id, Event::Text { text, logprobs })
-            };
-            match slot
-                .decoding
-                .accept(returned, &mut slot.sampler, &mut on_piece)
-            {
-                Ok(Some(token)) => slot.next = Some(token),
-                Ok(None) => ended.push((i, None)),
+        for (&i, outcome) in stepped.iter().zip(outcomes) {
+            let at = outcome.and_then(|(output, row)| {
+                let (tokens, returns) = &plan[i];
+                let mine = rows[output].get(row..row + returns.rows(tokens.len()));
+                let mine = mine.ok_or_else(|| {
+                    ModelError::internal("a batched step returned too few logits")
+                })?;
+                self.slots[i].advance(tokens.len(), mine, &mut self.prefixes, on_event)
+            });
+            match at {
+                Ok(true) => {}
+                Ok(false) => ended.push((i, None)),
                 Err(e) => ended.push((i, Some(e))),
             }
         }
         for (i, error) in ended.into_iter().rev() {
             let mut slot = self.slots.remove(i);
-            let id = slot.id;
             let result = match error {
                 Some(e) => Err(e),
                 None => {
-                    self.prefixes.insert(&slot.prompt, &mut slot.seq);
+                    let scores = slot.scores.as_ref();
+                    self.prefixes.insert(&slot.prompt, &mut slot.seq, scores);
+                    let client = &slot.client;
                     let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
-                        on_event(id, Event::Text { text, logprobs })
+                        on_event(client, Event::Text { text, logprobs })
                     };
                     slot.decoding.finish(&mut on_piece)
                 }
             };
-            on_event(id, Event::Done(result));
+            on_event(&slot.client, Event::Done(timed(result, slot.waited)));
         }
         report
     }
+}
 
-    /// Ends sequence `id` now as cancelled (its client left), reporting its end.
-    pub fn cancel(&mut self, id: u64, on_event: &mut dyn FnMut(u64, Event<'_>) -> bool) {
-        if let Some(i) = self.slots.iter().position(|s| s.id == id) {
-            let mut slot = self.slots.remove(i);
-            self.prefixes.insert(&slot.prompt, &mut slot.seq);
-            let mut quiet = |_: &str, _: &[TokenLogprobs]| false;
-            let result = slot.decoding.finish(&mut quiet);
-            on_event(id, Event::Done(result));
+impl<C> Slot<'_, C> {
+    /// Takes what a step returned for this sequence's `evaluated` tokens (`rows`: its
+    /// logits rows, one per [`Returns::rows`]): a prompt chunk's scores, then, once its
+    /// prompt is in, the scores' event, the prompt remembered for reuse, and a token
+    /// drawn. Returns whether it goes on.
+    fn advance(
+        &mut self,
+        evaluated: usize,
+        rows: &[Returned<'_>],
+        prefixes: &mut PrefixCache,
+        on_event: &mut dyn FnMut(&C, Event<'_>) -> bool,
+    ) -> Result<bool, ModelError> {
+        if self.next.is_none() {
+            let start = self.prefilled;
+            self.prefilled += evaluated;
+            if let Some(scores) = &mut self.scores {
+                score(&self.prompt, start, self.prefilled, rows, scores)?;
+            }
+            if self.prefilled < self.prompt.len() {
+                return Ok(true);
+            }
+            if let Some(scores) = &self.scores {
+                on_event(
+                    &self.client,
+                    Event::Prompt {
+                        logprobs: &scores.logprobs,
+                    },
+                );
+            }
+            prefixes.insert_running(&self.prompt, &mut self.seq, self.scores.as_ref());
         }
+        let Some(&returned) = rows.last() else {
+            return Err(ModelError::internal(
+                "a step returned no logits to draw from",
+            ));
+        };
+        let client = &self.client;
+        let mut on_piece = |text: &str, logprobs: &[TokenLogprobs]| {
+            on_event(client, Event::Text { text, logprobs })
+        };
+        let token = self
+            .decoding
+            .accept(returned, &mut self.sampler, &mut on_piece)?;
+        self.next = token;
+        Ok(token.is_some())
     }
+}
+
+/// Scores the prompt tokens after positions `start..end` of `prompt` from their logits
+/// `rows` (the last position's row, when `end` is the whole prompt, is the first draw's),
+/// appending to `scores`; the rows are scored in parallel.
+fn score(
+    prompt: &[u32],
+    start: usize,
+    end: usize,
+    rows: &[Returned<'_>],
+    scores: &mut Scores,
+) -> Result<(), ModelError> {
+    let scored = end.min(prompt.len() - 1).saturating_sub(start);
+    let logits: Option<Vec<&[f32]>> = rows.iter().take(scored).map(|r| r.logits()).collect();
+    let logits = match logits {
+        Some(logits) if logits.len() == scored => logits,
+        _ => {
+            return Err(ModelError::internal(
+                "a scored chunk returned too few logits",
+            ))
+        }
+    };
+    let next = &prompt[start + 1..start + 1 + scored];
+    let top = scores.top;
+    let fresh: Vec<TokenLogprobs> = logits
+        .par_iter()
+        .zip(next.par_iter())
+        .map(|(logits, &token)| token_logprobs(logits, token, top))
+        .collect();
+    scores.logprobs.extend(fresh);
+    Ok(())
+}
+
+/// A generation's result with its wait for room counted in its time to first token.
+fn timed(
+    result: Result<Generation, ModelError>,
+    waited: Duration,
+) -> Result<Generation, ModelError> {
+    result.map(|mut generation| {
+        generation.timings.ttft_ms += waited.as_secs_f64() * 1e3;
+        generation
+    })
 }
 
 /// KV positions a request may fill: its prompt plus its token limit.

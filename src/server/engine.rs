@@ -1,12 +1,14 @@
 //! The engine: one OS thread that owns the [`Runner`] and a [`Scheduler`], takes
-//! [`Job`]s from a bounded queue in arrival order, and steps up to `parallel` sequences
-//! together (continuous batching: sequences join and leave at step boundaries), one per
-//! choice of a job, streaming each choice's text back as [`Event`]s tagged with its index.
+//! [`Job`]s from a bounded queue in arrival order and hands each choice of a job to the
+//! scheduler as a request, which owns it from there to its last token (continuous
+//! batching: sequences join and leave at step boundaries). The engine keeps only the
+//! connection side of each choice, a [`Client`]: it streams the choice's scores, text
+//! and end back as [`Event`]s tagged with its index, and tells the scheduler when the
+//! client has gone.
 //!
 //! The boundary is the job: a tokenized prompt, its options, one sampler per choice, a
 //! channel for events and a cancellation flag; the HTTP side knows nothing of batching.
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -19,7 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::metrics::{GateSnapshot, Metrics};
 use crate::model::sampler::SamplerConfig;
 use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, TokenLogprobs};
-use crate::sched::{self, Fit, Limits, Request, Scheduler};
+use crate::sched::{self, Limits, Request, Scheduler};
 use crate::step::Runner;
 
 /// How often an idle engine looks at the shutdown flag.
@@ -150,9 +152,7 @@ pub(crate) fn start(
         runner,
         shutdown: shutdown.clone(),
         metrics: metrics.clone(),
-        jobs: HashMap::new(),
-        admitting: None,
-        next_id: 0,
+        ended: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("switchyard-engine".into())
@@ -165,32 +165,42 @@ pub(crate) fn start(
     Ok((handle, thread))
 }
 
-/// A running choice's owner side, kept while the scheduler steps it.
-struct Running {
+/// The connection side of one choice of a job: where its events go, its client's
+/// cancellation flag, which choice it is, and how long its job waited in the queue. The
+/// scheduler holds it with the request from submission to the last token and hands it
+/// back with each event.
+#[derive(Clone)]
+struct Client {
     events: UnboundedSender<Event>,
     cancel: Arc<AtomicBool>,
     /// Which choice of its job it is.
     index: usize,
-    /// Submission to admission: the wait in the queue.
-    waited: Duration,
+    /// Submission to the scheduler: the wait in the engine's queue.
+    queued: Duration,
 }
 
-/// A job taken from the queue whose choices are not all admitted yet (they join as
-/// sequences leave, so `n` may exceed `parallel`).
-struct Admitting {
-    job: Job,
-    /// The next choice to admit.
-    next: usize,
+impl Client {
+    /// Whether the client is gone (cancelled, or its receiver dropped).
+    fn gone(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+    }
+
+    /// Sends the choice's last event.
+    fn end(&self, result: Result<Outcome, EngineError>) {
+        let _ = self.events.send(Event::Done {
+            index: self.index,
+            result,
+        });
+    }
 }
 
-/// The engine thread's state.
+/// The engine thread's state: the runner, and the choices that ended during the
+/// current step, whose last events go out once the gauges count them out.
 struct Engine {
     runner: Runner,
     shutdown: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-    jobs: HashMap<u64, Running>,
-    admitting: Option<Admitting>,
-    next_id: u64,
+    ended: Vec<(Client, Result<Outcome, EngineError>)>,
 }
 
 impl Engine {
@@ -198,173 +208,100 @@ impl Engine {
         self.shutdown.load(Ordering::SeqCst)
     }
 
-    /// The engine loop: admit waiting jobs' choices while there is room, step every
-    /// running one, until the queue closes or the server stops.
+    /// The engine loop: move jobs from the queue into the scheduler while it has room
+    /// and nothing of theirs waits there, end the requests whose clients have gone, and
+    /// step, until the queue closes or the server stops.
     fn serve(mut self, model: &Model, limits: Limits, queue: &Receiver<Job>) {
         let mut scheduler = Scheduler::new(&model.tokenizer, limits);
         self.report_runner();
         loop {
-            if scheduler.running() == 0 && self.admitting.is_none() {
+            if scheduler.is_idle() {
                 match queue.recv_timeout(IDLE_POLL) {
-                    Ok(job) => self.take(job),
+                    Ok(job) => self.take(&mut scheduler, job),
                     Err(RecvTimeoutError::Timeout) if self.stopping() => break,
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => break,
                 }
             }
-            while scheduler.has_room() {
-                if self.admitting.is_some() {
-                    if !self.admit_next(&mut scheduler) {
-                        break;
-                    }
-                    continue;
+            loop {
+                self.admit(&mut scheduler);
+                if scheduler.waiting() > 0 || !scheduler.has_room() {
+                    break;
                 }
                 match queue.try_recv() {
-                    Ok(job) => self.take(job),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => break,
+                    Ok(job) => self.take(&mut scheduler, job),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
             if self.stopping() {
-                self.stop_all(&mut scheduler, queue);
                 break;
             }
-            self.drop_cancelled(&mut scheduler);
+            scheduler.cancel_where(Client::gone, &mut |client, event| {
+                self.deliver(client, event)
+            });
             self.step(&mut scheduler);
         }
         self.stop_all(&mut scheduler, queue);
     }
 
-    /// Takes a job off the queue for admission, or ends it at once when its client is
-    /// gone or the server is stopping.
-    fn take(&mut self, job: Job) {
+    /// Takes a job off the queue into the scheduler, one request per choice (the first
+    /// scoring the prompt when asked), or ends it at once when its client is gone or
+    /// the server is stopping.
+    fn take(&mut self, scheduler: &mut Scheduler<'_, Client>, job: Job) {
         self.metrics.queue_add(-1);
         if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
             return;
         }
+        let queued = job.submitted.elapsed();
         if self.stopping() {
             let result = Err(EngineError::ShuttingDown);
             let _ = job.events.send(Event::Done { index: 0, result });
             return;
         }
-        self.admitting = Some(Admitting { job, next: 0 });
-    }
-
-    /// Hands the next choice of the job being admitted to the scheduler. A choice that
-    /// cannot run fails the job (the rest of its choices are cancelled); a job whose
-    /// client is gone is dropped.
-    fn admit_next(&mut self, scheduler: &mut Scheduler<'_>) -> bool {
-        let Some(Admitting { job, next: index }) = self.admitting.take() else {
-            return true;
-        };
-        if job.cancel.load(Ordering::SeqCst) || job.events.is_closed() {
-            return true;
-        }
-        let request = Request {
-            prompt: job.prompt.clone(),
-            options: job.options.clone(),
-            sampler: job.samplers[index].clone(),
-        };
-        if scheduler.fits(&request) == Fit::Later {
-            // Not enough KV memory until running sequences end: it waits at the head.
-            self.admitting = Some(Admitting { job, next: index });
-            return false;
-        }
-        if let (0, Some(k)) = (index, job.prompt_logprobs) {
-            // Scored once per job, when its first choice joins: one pass over the prompt
-            // between two steps, on a sequence of its own. A panic fails this job alone
-            // and resets the runner's compiled steps, as a step's does.
-            let runner = &mut self.runner;
-            let scored = catch_unwind(AssertUnwindSafe(|| {
-                crate::model::prompt_logprobs(runner, &job.prompt, k)
-            }));
-            let failed = match scored {
-                Ok(Ok(logprobs)) => {
-                    let _ = job.events.send(Event::Prompt { logprobs });
-                    None
-                }
-                Ok(Err(e)) => Some(EngineError::Model(Box::new(e))),
-                Err(panic) => {
-                    let what = panic_message(&*panic);
-                    log::error!("scoring a prompt panicked: {what}; resetting the runner");
-                    self.runner.reset();
-                    self.metrics.recovered();
-                    Some(EngineError::Panicked(what))
-                }
+        for (index, sampler) in job.samplers.into_iter().enumerate() {
+            let client = Client {
+                events: job.events.clone(),
+                cancel: job.cancel.clone(),
+                index,
+                queued,
             };
-            if let Some(error) = failed {
-                job.cancel.store(true, Ordering::SeqCst);
-                let _ = job.events.send(Event::Done {
-                    index,
-                    result: Err(error),
-                });
-                return true;
-            }
-        }
-        let id = self.next_id;
-        self.next_id += 1;
-        match scheduler.admit(&self.runner, id, request) {
-            Ok(()) => {
-                self.metrics.running_add(1);
-                self.jobs.insert(
-                    id,
-                    Running {
-                        events: job.events.clone(),
-                        cancel: job.cancel.clone(),
-                        index,
-                        waited: job.submitted.elapsed(),
-                    },
-                );
-                if index + 1 < job.samplers.len() {
-                    self.admitting = Some(Admitting {
-                        job,
-                        next: index + 1,
-                    });
-                }
-            }
-            Err(e) => {
-                job.cancel.store(true, Ordering::SeqCst);
-                let result = Err(EngineError::Model(Box::new(e)));
-                let _ = job.events.send(Event::Done { index, result });
-            }
-        }
-        true
-    }
-
-    /// Ends the running jobs whose clients have gone.
-    fn drop_cancelled(&mut self, scheduler: &mut Scheduler<'_>) {
-        let gone: Vec<u64> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.cancel.load(Ordering::Relaxed) || j.events.is_closed())
-            .map(|(&id, _)| id)
-            .collect();
-        for id in gone {
-            scheduler.cancel(id, &mut |id, event| self.on_event(id, event));
+            let request = Request {
+                prompt: job.prompt.clone(),
+                options: job.options.clone(),
+                sampler,
+                score: job.prompt_logprobs.filter(|_| index == 0),
+            };
+            scheduler.submit(client, request);
         }
     }
 
-    /// Runs one step; a panic inside it fails every running job, resets the runner's
-    /// compiled state and the prefix cache, and leaves the engine serving the next ones.
-    fn step(&mut self, scheduler: &mut Scheduler<'_>) {
+    /// Admits the waiting requests that fit, then publishes the gauges and the ends
+    /// of those refused.
+    fn admit(&mut self, scheduler: &mut Scheduler<'_, Client>) {
+        let runner = &self.runner;
+        let (metrics, shutdown, ended) = (&self.metrics, &self.shutdown, &mut self.ended);
+        scheduler.admit(runner, &mut |client, event| {
+            deliver(metrics, shutdown, ended, client, event)
+        });
+        self.publish(scheduler);
+    }
+
+    /// Runs one step; a panic inside it fails every running request, resets the
+    /// runner's compiled state and the prefix cache, and leaves the engine serving the
+    /// next ones.
+    fn step(&mut self, scheduler: &mut Scheduler<'_, Client>) {
         let runner = &mut self.runner;
-        let (jobs, metrics, shutdown) = (&mut self.jobs, &self.metrics, &self.shutdown);
+        let (metrics, shutdown, ended) = (&self.metrics, &self.shutdown, &mut self.ended);
         let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            scheduler.step(runner, &mut |id, event| {
-                deliver(jobs, metrics, shutdown, id, event)
+            scheduler.step(runner, &mut |client, event| {
+                deliver(metrics, shutdown, ended, client, event)
             })
         }));
         match outcome {
             Ok(report) => {
                 let seconds = started.elapsed().as_secs_f64();
                 self.metrics.step(report.sequences, report.tokens, seconds);
-                self.metrics.prefixes(scheduler.prefix_stats());
-                self.metrics.kv(
-                    scheduler.kv_reserved(),
-                    scheduler.kv_bytes(),
-                    scheduler.kv_free(),
-                );
             }
             Err(panic) => {
                 let what = panic_message(&*panic);
@@ -372,43 +309,49 @@ impl Engine {
                     "a generation step panicked: {what}; failing its generations and \
                      resetting the runner's compiled steps and the prefix cache"
                 );
-                for id in scheduler.reset() {
-                    self.finish(id, Err(EngineError::Panicked(what.clone())));
+                for client in scheduler.reset() {
+                    let result = Err(EngineError::Panicked(what.clone()));
+                    self.ended.push((client, result));
                 }
                 self.runner.reset();
                 self.metrics.recovered();
             }
         }
+        self.publish(scheduler);
         self.report_runner();
     }
 
-    fn on_event(&mut self, id: u64, event: sched::Event<'_>) -> bool {
-        deliver(&mut self.jobs, &self.metrics, &self.shutdown, id, event)
+    fn deliver(&mut self, client: &Client, event: sched::Event<'_>) -> bool {
+        deliver(
+            &self.metrics,
+            &self.shutdown,
+            &mut self.ended,
+            client,
+            event,
+        )
     }
 
-    /// Sends a running choice's last event and forgets it.
-    fn finish(&mut self, id: u64, result: Result<Outcome, EngineError>) {
-        if let Some(job) = self.jobs.remove(&id) {
-            self.metrics.running_add(-1);
-            let _ = job.events.send(Event::Done {
-                index: job.index,
-                result,
-            });
+    /// Publishes the scheduler's gauges, then sends the last events of the choices
+    /// that ended (so a client that saw its end never reads itself as running).
+    fn publish(&mut self, scheduler: &Scheduler<'_, Client>) {
+        self.metrics.running(scheduler.running());
+        self.metrics.prefixes(scheduler.prefix_stats());
+        self.metrics.kv(
+            scheduler.kv_reserved(),
+            scheduler.kv_bytes(),
+            scheduler.kv_free(),
+        );
+        for (client, result) in self.ended.drain(..) {
+            client.end(result);
         }
     }
 
-    /// Fails every running, half-admitted and waiting job as `ShuttingDown`.
-    fn stop_all(&mut self, scheduler: &mut Scheduler<'_>, queue: &Receiver<Job>) {
-        for id in scheduler.abort_all() {
-            self.finish(id, Err(EngineError::ShuttingDown));
+    /// Fails every running, waiting and queued job as `ShuttingDown`.
+    fn stop_all(&mut self, scheduler: &mut Scheduler<'_, Client>, queue: &Receiver<Job>) {
+        for client in scheduler.abort_all() {
+            self.ended.push((client, Err(EngineError::ShuttingDown)));
         }
-        if let Some(Admitting { job, next }) = self.admitting.take() {
-            let result = Err(EngineError::ShuttingDown);
-            let _ = job.events.send(Event::Done {
-                index: next,
-                result,
-            });
-        }
+        self.publish(scheduler);
         while let Ok(job) = queue.try_recv() {
             self.metrics.queue_add(-1);
             let result = Err(EngineError::ShuttingDown);
@@ -455,37 +398,41 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// Passes a scheduler event to its choice's job: text while the client listens (`false`
-/// cancels the choice), and the end with its metrics.
+/// Passes a scheduler event to its choice's client: scores and text while the client
+/// listens (`false` cancels the choice); an end is recorded in the metrics and kept in
+/// `ended` until the step's gauges are published. A failed choice cancels the rest of
+/// its job.
 fn deliver(
-    jobs: &mut HashMap<u64, Running>,
     metrics: &Metrics,
     shutdown: &AtomicBool,
-    id: u64,
+    ended: &mut Vec<(Client, Result<Outcome, EngineError>)>,
+    client: &Client,
     event: sched::Event<'_>,
 ) -> bool {
-    let Some(job) = jobs.get(&id) else {
-        return false;
-    };
+    let listening = || !client.cancel.load(Ordering::Relaxed) && !shutdown.load(Ordering::Relaxed);
     match event {
+        sched::Event::Prompt { logprobs } => {
+            let logprobs = logprobs.to_vec();
+            listening() && client.events.send(Event::Prompt { logprobs }).is_ok()
+        }
         sched::Event::Text { text, logprobs } => {
-            !job.cancel.load(Ordering::Relaxed)
-                && !shutdown.load(Ordering::Relaxed)
-                && job
+            listening()
+                && client
                     .events
                     .send(Event::Text {
-                        index: job.index,
+                        index: client.index,
                         text: text.to_string(),
                         logprobs: logprobs.to_vec(),
                     })
                     .is_ok()
         }
         sched::Event::Done(result) => {
-            let job = jobs.remove(&id).expect("looked up above");
-            metrics.running_add(-1);
             let result = match result {
-                Ok(generation) => Ok(outcome(metrics, &job, generation)),
-                Err(e) => Err(EngineError::Model(Box::new(e))),
+                Ok(generation) => Ok(outcome(metrics, client, generation)),
+                Err(e) => {
+                    client.cancel.store(true, Ordering::SeqCst);
+                    Err(EngineError::Model(Box::new(e)))
+                }
             };
             let result = match result {
                 Ok(o)
@@ -496,22 +443,20 @@ fn deliver(
                 }
                 other => other,
             };
-            let _ = job.events.send(Event::Done {
-                index: job.index,
-                result,
-            });
+            ended.push((client.clone(), result));
             false
         }
     }
 }
 
-/// Records a finished generation's metrics and turns it into the job's outcome.
-fn outcome(metrics: &Metrics, job: &Running, generation: Generation) -> Outcome {
+/// Records a finished generation's metrics and turns it into the choice's outcome.
+fn outcome(metrics: &Metrics, client: &Client, generation: Generation) -> Outcome {
     let timings = generation.timings;
     let per_token = (generation.tokens.len() > 1 && timings.decode_tok_s > 0.0)
         .then(|| 1.0 / timings.decode_tok_s);
-    // The generation's clock starts at admission; the wait before it counts too.
-    let ttft = job.waited.as_secs_f64() + timings.ttft_ms / 1e3;
+    // The generation's clock starts when the scheduler took it; the queue before it
+    // counts too.
+    let ttft = client.queued.as_secs_f64() + timings.ttft_ms / 1e3;
     metrics.generation(
         generation.prompt_tokens.len(),
         generation.tokens.len(),

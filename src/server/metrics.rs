@@ -163,9 +163,9 @@ impl Metrics {
         self.queue_depth.fetch_add(delta, Ordering::Relaxed);
     }
 
-    /// Adds `delta` to the number of generations running.
-    pub fn running_add(&self, delta: i64) {
-        self.running.fetch_add(delta, Ordering::Relaxed);
+    /// Stores the number of generations running (the scheduler's count).
+    pub fn running(&self, running: usize) {
+        self.running.store(running as i64, Ordering::Relaxed);
     }
 
     /// Records a batched step of `sequences` sequences evaluating `tokens` tokens that

@@ -270,6 +270,9 @@ struct Source {
     /// The prompt each of its choices starts with when echoed and scored: sent when its
     /// scores come (an echo without scores is sent at once).
     echo: Option<Echo>,
+    /// Its choices' text and ends that came before its scores (a choice that took its
+    /// prompt from the prefix cache may start first), sent after the echo.
+    held: Vec<Event>,
     /// Cancels its job when the stream is dropped (the client went away).
     _cancel: CancelOnDrop,
 }
@@ -306,7 +309,12 @@ impl Streaming {
     /// reply's last choice, or an error, adds `[DONE]`.
     fn push(&mut self, source: usize, event: Option<Event>) {
         let first = self.sources[source].first;
+        let waiting = self.sources[source].echo.is_some();
         let end = match event {
+            Some(event @ (Event::Text { .. } | Event::Done { result: Ok(_), .. })) if waiting => {
+                self.sources[source].held.push(event);
+                return;
+            }
             Some(Event::Prompt { logprobs }) => {
                 let Some(echo) = self.sources[source].echo.take() else {
                     return;
@@ -320,6 +328,9 @@ impl Streaming {
                     let delta = json!({ "content": echo.text });
                     let chunk = self.reply.chunk(index, delta, scored.clone(), None);
                     self.pending.push_back(chunk);
+                }
+                for held in std::mem::take(&mut self.sources[source].held) {
+                    self.push(source, Some(held));
                 }
                 return;
             }
@@ -432,6 +443,7 @@ pub(crate) fn stream(
             left: reply.choices,
             prompt_tokens: 0,
             echo,
+            held: Vec::new(),
             _cancel: cancel,
         });
         tagged.push(Box::pin(futures_util::stream::unfold(

@@ -1,5 +1,6 @@
-//! What a step returns for a sequence: nothing, the logits of its last token, or only
-//! greedy decoding's pick from them, computed where the logits were (decision 147).
+//! What a step returns for a sequence: nothing, the logits of its last token, only
+//! greedy decoding's pick from them, computed where the logits were (decision 147), or
+//! the logits of every token it evaluates (a scored prompt's chunk).
 
 use crate::backend::{Tensor, TensorData};
 use crate::graph::{DType, Graph, GraphBuilder, GraphError};
@@ -19,12 +20,25 @@ pub enum Returns {
     /// vocabulary's scores. The pick is the sampler's greedy rule
     /// ([`crate::backend::cpu::greedy`]).
     Token,
+    /// The logits of every token it evaluates, in order (row `i` is the distribution of
+    /// the token after `tokens[i]`): a scored prompt's chunk, at most
+    /// [`super::PREFILL_CHUNK`] tokens.
+    Every,
 }
 
 impl Returns {
     /// Whether the step computes this sequence's logits (as scores or as a token).
     pub fn head(self) -> bool {
         self != Returns::Nothing
+    }
+
+    /// Logits rows the step computes for a share of `tokens` tokens.
+    pub fn rows(self, tokens: usize) -> usize {
+        match self {
+            Returns::Nothing => 0,
+            Returns::Logits | Returns::Token => 1,
+            Returns::Every => tokens,
+        }
     }
 }
 

@@ -296,6 +296,11 @@ impl Runner {
         tokens: &[u32],
         returns: Returns,
     ) -> Result<Last, StepError> {
+        if returns == Returns::Every {
+            return Err(StepError::internal(
+                "every token's logits come from forward_every_logit",
+            ));
+        }
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
         let mut out = Last::Nothing;
@@ -346,7 +351,8 @@ impl Runner {
         seq.tokens.extend_from_slice(chunk);
         let out = outputs.into_iter().next();
         Ok(match (returns, out) {
-            (Returns::Nothing, _) => Last::Nothing,
+            // `forward_chunks` refuses `Every` before any chunk runs.
+            (Returns::Nothing | Returns::Every, _) => Last::Nothing,
             (Returns::Logits, Some(out)) => Last::Logits(out.to_f32_vec()?),
             (Returns::Token, Some(out)) => Last::Token(picks(out, 1)?[0]),
             (_, None) => return Err(StepError::internal("a prompt step returned no logits")),
@@ -407,11 +413,29 @@ impl Runner {
     /// 32-weight block formats at any batch size; K-quant weights up to 16 rows, F16 and
     /// BF16 up to four, past which their kernels' summation order depends on the rows).
     ///
+    /// A sequence whose share asks for [`Returns::Every`] gets a row per token, in its
+    /// place among the others (a scored prompt's chunk rides beside other sequences'
+    /// decodes), the same rows [`Runner::forward_every_logit`] gives.
+    ///
     /// One sequence runs as [`Runner::forward`] does (chunked prefill, co-execution
-    /// arms). Several run on the plan one sequence decodes on; their tokens together
-    /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
+    /// arms), or as [`Runner::forward_every_logit`] does when it asks for every row.
+    /// Several run on the plan one sequence decodes on; their tokens together may be at
+    /// most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<StepOutput, StepError> {
         if let [one] = work {
+            if one.returns == Returns::Every {
+                if one.tokens.len() > PREFILL_CHUNK {
+                    return Err(StepError::Internal(format!(
+                        "a scored chunk takes at most {PREFILL_CHUNK} tokens, got {}",
+                        one.tokens.len()
+                    )));
+                }
+                let mut chunks = self.forward_every_logit(one.seq, one.tokens)?;
+                return match chunks.pop() {
+                    Some(logits) => Ok(StepOutput::Logits(logits)),
+                    None => Err(StepError::internal("a scoring step returned no logits")),
+                };
+            }
             return Ok(
                 match self.forward_chunks(one.seq, one.tokens, one.returns)? {
                     Last::Nothing => StepOutput::none(),
@@ -441,9 +465,12 @@ impl Runner {
         };
         // Logits rows for the sequences that want them; none at all runs the step on
         // the graph that ends at the last layer's attention (decision 115).
-        let wanted = work.iter().filter(|w| w.returns.head()).count();
+        let wanted: usize = work.iter().map(|w| w.returns.rows(w.tokens.len())).sum();
         // Tokens come back only when no sequence needs its logits.
-        let greedy = wanted > 0 && !work.iter().any(|w| w.returns == Returns::Logits);
+        let greedy = wanted > 0
+            && work
+                .iter()
+                .all(|w| matches!(w.returns, Returns::Nothing | Returns::Token));
         let (bucket, sequences) = (step_bucket(total), step_bucket(wanted));
         let arm = self.batch_arm();
         let executor = match self.executor(phase, bucket, sequences, greedy, arm) {
@@ -459,9 +486,8 @@ impl Runner {
             ids.extend(w.tokens.iter().map(|&t| t as i32));
             let start = w.seq.len();
             positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
-            if w.returns.head() {
-                last_rows.push((ids.len() - 1) as i32);
-            }
+            let rows = w.returns.rows(w.tokens.len());
+            last_rows.extend((ids.len() - rows..ids.len()).map(|r| r as i32));
         }
         ids.resize(bucket, 0);
         positions.resize(bucket, 0);
