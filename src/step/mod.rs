@@ -11,6 +11,7 @@ mod failover;
 mod logits;
 mod model;
 mod returns;
+mod rows;
 mod runner;
 
 pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, Segment, StepState, Tensor};
+use crate::backend::{BackendSet, KvCache, KvDType, KvLayout};
 use crate::cache::{
     get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepArm,
     StepKey, WeightStore,
@@ -15,8 +15,9 @@ use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
 use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::returns::{picks, with_argmax, Returns, StepOutput};
-use super::{inputs, BatchLogits, StepError, StepModel};
+use super::returns::{with_argmax, Returns, StepOutput};
+use super::rows::{StepInputs, Wants};
+use super::{BatchLogits, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
 pub const PREFILL_CHUNK: usize = 64;
@@ -269,9 +270,10 @@ impl Runner {
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, StepError> {
         match self.forward_chunks(seq, tokens, Returns::Logits)? {
-            Last::Logits(logits) => Ok(logits),
-            _ => Err(StepError::internal("a step returned no logits")),
+            StepOutput::Logits(logits) => logits.row(0).map(<[f32]>::to_vec),
+            StepOutput::Tokens(_) => None,
         }
+        .ok_or_else(|| StepError::internal("a step returned no logits"))
     }
 
     /// [`Runner::forward`] returning only greedy decoding's pick from the last token's
@@ -283,9 +285,10 @@ impl Runner {
         tokens: &[u32],
     ) -> Result<Option<u32>, StepError> {
         match self.forward_chunks(seq, tokens, Returns::Token)? {
-            Last::Token(token) => Ok(token),
-            _ => Err(StepError::internal("a greedy step returned no token")),
+            StepOutput::Tokens(tokens) => tokens.first().copied(),
+            StepOutput::Logits(_) => None,
         }
+        .ok_or_else(|| StepError::internal("a greedy step returned no token"))
     }
 
     /// Evaluates `tokens` after what `seq` holds in chunks; the last chunk returns what
@@ -295,10 +298,10 @@ impl Runner {
         seq: &mut Sequence,
         tokens: &[u32],
         returns: Returns,
-    ) -> Result<Last, StepError> {
+    ) -> Result<StepOutput, StepError> {
         self.check_tokens(seq, tokens)?;
         self.heal(seq)?;
-        let mut out = Last::Nothing;
+        let mut out = StepOutput::none();
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
             // Only the last chunk returns anything: the others only fill the KV cache,
@@ -308,49 +311,20 @@ impl Runner {
             } else {
                 Returns::Nothing
             };
+            let phase = chunk_phase(chunk);
             out = loop {
-                match self.run_chunk(seq, chunk, want) {
-                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
+                let share = Share {
+                    seq: &mut *seq,
+                    tokens: chunk,
+                    wants: Wants::Last(want),
+                };
+                match self.run_step(&mut [share]) {
+                    Err(e) if self.fail_over(&e, phase) => self.heal(seq)?,
                     done => break done?,
                 }
             };
         }
         Ok(out)
-    }
-
-    /// Evaluates `chunk` after what `seq` holds; returns what `returns` asks for of its
-    /// last token (for nothing, the graph runs without the output head).
-    fn run_chunk(
-        &mut self,
-        seq: &mut Sequence,
-        chunk: &[u32],
-        returns: Returns,
-    ) -> Result<Last, StepError> {
-        let (phase, bucket) = chunk_bucket(chunk);
-        // Chunks with and without logits share their bucket's gate: they differ only by
-        // a one-row tail (the last layer's output projection and FFN, the head) that no
-        // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
-        let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
-        let greedy = returns == Returns::Token;
-        let executor = self.executor(phase, bucket, usize::from(returns.head()), greedy, arm)?;
-        let last_row = [(chunk.len() - 1) as i32];
-        let rows: &[i32] = if returns.head() { &last_row } else { &[] };
-        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, rows)?;
-        let mut state = chunk_state(seq, chunk, bucket)?;
-        let started = self.coexec.clock.now();
-        let outputs = executor.run(&step_inputs, &mut state)?;
-        if let Some(index) = gate_arm {
-            let took = self.coexec.clock.now().saturating_sub(started);
-            self.coexec.record(bucket as u32, index, took);
-        }
-        seq.tokens.extend_from_slice(chunk);
-        let out = outputs.into_iter().next();
-        Ok(match (returns, out) {
-            (Returns::Nothing, _) => Last::Nothing,
-            (Returns::Logits, Some(out)) => Last::Logits(out.to_f32_vec()?),
-            (Returns::Token, Some(out)) => Last::Token(picks(out, 1)?[0]),
-            (_, None) => return Err(StepError::internal("a prompt step returned no logits")),
-        })
     }
 
     /// Evaluates `tokens` after what `seq` holds and returns the logits of every one of
@@ -368,35 +342,26 @@ impl Runner {
         self.heal(seq)?;
         let mut out = Vec::with_capacity(tokens.len().div_ceil(PREFILL_CHUNK));
         for chunk in tokens.chunks(PREFILL_CHUNK) {
+            let phase = chunk_phase(chunk);
             let logits = loop {
-                match self.score_chunk(seq, chunk) {
-                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
+                let share = Share {
+                    seq: &mut *seq,
+                    tokens: chunk,
+                    wants: Wants::Every,
+                };
+                match self.run_step(&mut [share]) {
+                    Err(e) if self.fail_over(&e, phase) => self.heal(seq)?,
                     done => break done?,
                 }
             };
-            out.push(logits);
+            match logits {
+                StepOutput::Logits(logits) => out.push(logits),
+                StepOutput::Tokens(_) => {
+                    return Err(StepError::internal("a scoring step returned tokens"))
+                }
+            }
         }
         Ok(out)
-    }
-
-    /// Evaluates `chunk` after what `seq` holds with a logits row per token.
-    fn score_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<BatchLogits, StepError> {
-        let (phase, bucket) = chunk_bucket(chunk);
-        let arm = self.batch_arm();
-        let executor = self.executor(phase, bucket, bucket, false, arm)?;
-        let mut rows: Vec<i32> = (0..chunk.len() as i32).collect();
-        rows.resize(bucket, 0);
-        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, &rows)?;
-        let mut state = chunk_state(seq, chunk, bucket)?;
-        let outputs = executor.run(&step_inputs, &mut state)?;
-        drop(state);
-        let output = outputs
-            .into_iter()
-            .next()
-            .ok_or_else(|| StepError::internal("a scoring step returned no logits"))?;
-        let logits = BatchLogits::from_output(output, self.model.vocab_size(), chunk.len())?;
-        seq.tokens.extend_from_slice(chunk);
-        Ok(logits)
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
@@ -412,111 +377,64 @@ impl Runner {
     /// may be at most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<StepOutput, StepError> {
         if let [one] = work {
-            return Ok(
-                match self.forward_chunks(one.seq, one.tokens, one.returns)? {
-                    Last::Nothing => StepOutput::none(),
-                    Last::Logits(logits) => StepOutput::Logits(BatchLogits::one(logits)),
-                    Last::Token(token) => StepOutput::Tokens(vec![token]),
-                },
-            );
-        }
-        if work.is_empty() {
-            return Err(StepError::internal("no sequences to evaluate"));
-        }
-        let total: usize = work.iter().map(|w| w.tokens.len()).sum();
-        if total > MAX_STEP_TOKENS {
-            return Err(StepError::Internal(format!(
-                "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
-            )));
+            return self.forward_chunks(one.seq, one.tokens, one.returns);
         }
         for w in work.iter_mut() {
             self.check_tokens(w.seq, w.tokens)?;
             self.heal(w.seq)?;
         }
-        let decode = work.iter().all(|w| w.tokens.len() == 1);
-        let phase = if decode {
-            Phase::Decode
-        } else {
-            Phase::Prefill
-        };
-        // Logits rows for the sequences that want them; none at all runs the step on
-        // the graph that ends at the last layer's attention (decision 115).
-        let wanted = work.iter().filter(|w| w.returns.head()).count();
-        // Tokens come back only when no sequence needs its logits.
-        let greedy = wanted > 0 && !work.iter().any(|w| w.returns == Returns::Logits);
-        let (bucket, sequences) = (step_bucket(total), step_bucket(wanted));
-        let arm = self.batch_arm();
-        let executor = match self.executor(phase, bucket, sequences, greedy, arm) {
-            Err(e) if self.fail_over(&e, phase) => {
-                return self.forward_batch(work);
-            }
-            executor => executor?,
-        };
-        let mut ids = Vec::with_capacity(bucket);
-        let mut positions = Vec::with_capacity(bucket);
-        let mut last_rows = Vec::with_capacity(sequences);
-        for w in work.iter() {
-            ids.extend(w.tokens.iter().map(|&t| t as i32));
-            let start = w.seq.len();
-            positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
-            if w.returns.head() {
-                last_rows.push((ids.len() - 1) as i32);
-            }
-        }
-        ids.resize(bucket, 0);
-        positions.resize(bucket, 0);
-        last_rows.resize(sequences, 0);
-        let mut step_inputs = vec![
-            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-        ];
-        if sequences > 0 {
-            step_inputs.push((
-                inputs::LOGITS_ROW,
-                Tensor::from_i32([sequences], &last_rows)?,
-            ));
-        }
-        let mut row = 0;
-        let segments = work
+        let mut shares: Vec<Share<'_>> = work
             .iter_mut()
-            .map(|w| {
-                let rows = row..row + w.tokens.len();
-                row = rows.end;
-                Segment {
-                    rows,
-                    kv_len: w.seq.len(),
-                    kv: &mut w.seq.kv,
-                }
+            .map(|w| Share {
+                seq: &mut *w.seq,
+                tokens: w.tokens,
+                wants: Wants::Last(w.returns),
             })
             .collect();
-        let mut state = StepState::batch(segments)?.padded_to(bucket);
-        let outputs = executor.run(&step_inputs, &mut state);
-        drop(state);
-        let outputs = match outputs.map_err(StepError::from) {
-            Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
-            outputs => outputs?,
+        let phase = match shares.iter().all(|s| s.tokens.len() == 1) {
+            true => Phase::Decode,
+            false => Phase::Prefill,
         };
-        let logits = match wanted {
-            0 => StepOutput::none(),
-            _ => {
-                let output = outputs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
-                match greedy {
-                    true => StepOutput::from_picks(output, wanted)?,
-                    false => StepOutput::Logits(BatchLogits::from_output(
-                        output,
-                        self.model.vocab_size(),
-                        wanted,
-                    )?),
-                }
+        match self.run_step(&mut shares) {
+            Err(e) if self.fail_over(&e, phase) => {
+                drop(shares);
+                self.forward_batch(work)
             }
-        };
-        for w in work.iter_mut() {
-            w.seq.tokens.extend_from_slice(w.tokens);
+            done => done,
         }
-        Ok(logits)
+    }
+
+    /// Runs one step of `shares` (their tokens checked, their caches healed): builds its
+    /// inputs, takes its plan (the gate's arm or the batch arm) from the graph cache,
+    /// runs it, and appends each share's tokens to its sequence.
+    fn run_step(&mut self, shares: &mut [Share<'_>]) -> Result<StepOutput, StepError> {
+        let layout: Vec<_> = shares
+            .iter()
+            .map(|s| (s.seq.len(), s.tokens, s.wants))
+            .collect();
+        let step = StepInputs::new(&layout)?;
+        let (phase, bucket) = (step.phase(), step.bucket());
+        // A chunk with and without logits share their bucket's gate: they differ only by
+        // a one-row tail (the last layer's output projection and FFN, the head) that no
+        // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
+        let (arm, gate_arm) = match step.gated() {
+            true => self.choose_arm(phase, bucket as u32)?,
+            false => (self.batch_arm(), None),
+        };
+        let executor = self.executor(phase, bucket, step.logits(), step.greedy(), arm)?;
+        let mut state = step.state(shares.iter_mut().map(|s| &mut s.seq.kv))?;
+        let started = self.coexec.clock.now();
+        let outputs = executor.run(step.tensors(), &mut state)?;
+        drop(state);
+        if let Some(index) = gate_arm {
+            let took = self.coexec.clock.now().saturating_sub(started);
+            self.coexec.record(bucket as u32, index, took);
+        }
+        let output = step.output(outputs, self.model.vocab_size())?;
+        for share in shares.iter_mut() {
+            share.seq.tokens.extend_from_slice(share.tokens);
+        }
+        Ok(output)
     }
 
     /// The plan of a batched step: the arm one sequence decodes on (the decode gate's
@@ -605,60 +523,11 @@ impl Runner {
     }
 }
 
-/// What one sequence's last chunk returned.
-enum Last {
-    Nothing,
-    Logits(Vec<f32>),
-    Token(Option<u32>),
-}
-
-/// A chunk's phase and the rows its step pads to: one token decodes; more prefill in a
-/// power-of-two bucket of at most [`PREFILL_CHUNK`].
-fn chunk_bucket(chunk: &[u32]) -> (Phase, usize) {
-    match chunk_phase(chunk) {
-        Phase::Decode => (Phase::Decode, 1),
-        Phase::Prefill => (
-            Phase::Prefill,
-            chunk.len().next_power_of_two().min(PREFILL_CHUNK),
-        ),
-    }
-}
-
-/// The inputs of a step of `chunk` after `start` positions, padded to `bucket` rows,
-/// with `logits_rows` as the rows whose logits it returns (none: no head).
-fn chunk_inputs(
-    chunk: &[u32],
-    start: usize,
-    bucket: usize,
-    logits_rows: &[i32],
-) -> Result<Vec<(&'static str, Tensor)>, StepError> {
-    let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-    ids.resize(bucket, 0);
-    let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
-    let mut step_inputs = vec![
-        (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-        (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-    ];
-    if !logits_rows.is_empty() {
-        let rows = Tensor::from_i32([logits_rows.len()], logits_rows)?;
-        step_inputs.push((inputs::LOGITS_ROW, rows));
-    }
-    Ok(step_inputs)
-}
-
-/// The step state of `chunk` after what `seq` holds: the chunk's rows only, so the
-/// bucket's padding rows attend to nothing and the CPU does not multiply them.
-fn chunk_state<'s>(
+/// One sequence's share of a step: its new tokens and what it wants read back.
+struct Share<'s> {
     seq: &'s mut Sequence,
-    chunk: &[u32],
-    bucket: usize,
-) -> Result<StepState<'s>, StepError> {
-    let segment = Segment {
-        rows: 0..chunk.len(),
-        kv_len: seq.len(),
-        kv: &mut seq.kv,
-    };
-    Ok(StepState::batch(vec![segment])?.padded_to(bucket))
+    tokens: &'s [u32],
+    wants: Wants,
 }
 
 /// The phase of a step evaluating `chunk`.
