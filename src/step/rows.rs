@@ -81,6 +81,8 @@ impl StepInputs {
             rows.extend((ids.len() - read..ids.len()).map(|r| r as i32));
             segments.push((first..ids.len(), start));
         }
+        // No logits rows at all: the step runs on the graph that ends at the last
+        // layer's attention (decision 115).
         let wanted = rows.len();
         let logits = pad(wanted);
         ids.resize(bucket, 0);

@@ -300,7 +300,6 @@ impl Runner {
         returns: Returns,
     ) -> Result<StepOutput, StepError> {
         self.check_tokens(seq, tokens)?;
-        self.heal(seq)?;
         let mut out = StepOutput::none();
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
@@ -311,18 +310,11 @@ impl Runner {
             } else {
                 Returns::Nothing
             };
-            let phase = chunk_phase(chunk);
-            out = loop {
-                let share = Share {
-                    seq: &mut *seq,
-                    tokens: chunk,
-                    wants: Wants::Last(want),
-                };
-                match self.run_step(&mut [share]) {
-                    Err(e) if self.fail_over(&e, phase) => self.heal(seq)?,
-                    done => break done?,
-                }
-            };
+            out = self.step(&mut [Share {
+                seq: &mut *seq,
+                tokens: chunk,
+                wants: Wants::Last(want),
+            }])?;
         }
         Ok(out)
     }
@@ -339,22 +331,14 @@ impl Runner {
         tokens: &[u32],
     ) -> Result<Vec<BatchLogits>, StepError> {
         self.check_tokens(seq, tokens)?;
-        self.heal(seq)?;
         let mut out = Vec::with_capacity(tokens.len().div_ceil(PREFILL_CHUNK));
         for chunk in tokens.chunks(PREFILL_CHUNK) {
-            let phase = chunk_phase(chunk);
-            let logits = loop {
-                let share = Share {
-                    seq: &mut *seq,
-                    tokens: chunk,
-                    wants: Wants::Every,
-                };
-                match self.run_step(&mut [share]) {
-                    Err(e) if self.fail_over(&e, phase) => self.heal(seq)?,
-                    done => break done?,
-                }
+            let share = Share {
+                seq: &mut *seq,
+                tokens: chunk,
+                wants: Wants::Every,
             };
-            match logits {
+            match self.step(&mut [share])? {
                 StepOutput::Logits(logits) => out.push(logits),
                 StepOutput::Tokens(_) => {
                     return Err(StepError::internal("a scoring step returned tokens"))
@@ -379,9 +363,8 @@ impl Runner {
         if let [one] = work {
             return self.forward_chunks(one.seq, one.tokens, one.returns);
         }
-        for w in work.iter_mut() {
+        for w in work.iter() {
             self.check_tokens(w.seq, w.tokens)?;
-            self.heal(w.seq)?;
         }
         let mut shares: Vec<Share<'_>> = work
             .iter_mut()
@@ -391,28 +374,38 @@ impl Runner {
                 wants: Wants::Last(w.returns),
             })
             .collect();
-        let phase = match shares.iter().all(|s| s.tokens.len() == 1) {
-            true => Phase::Decode,
-            false => Phase::Prefill,
-        };
-        match self.run_step(&mut shares) {
-            Err(e) if self.fail_over(&e, phase) => {
-                drop(shares);
-                self.forward_batch(work)
-            }
-            done => done,
-        }
+        self.step(&mut shares)
     }
 
-    /// Runs one step of `shares` (their tokens checked, their caches healed): builds its
-    /// inputs, takes its plan (the gate's arm or the batch arm) from the graph cache,
-    /// runs it, and appends each share's tokens to its sequence.
-    fn run_step(&mut self, shares: &mut [Share<'_>]) -> Result<StepOutput, StepError> {
+    /// The one path every step takes: builds the step's inputs once, then heals each
+    /// sequence (recomputes one whose newest KV rows were on a lost device) and runs the
+    /// step; when a backend failed and was dropped ([`Runner::fail_over`]), heals and runs
+    /// it again on the survivors.
+    fn step(&mut self, shares: &mut [Share<'_>]) -> Result<StepOutput, StepError> {
         let layout: Vec<_> = shares
             .iter()
             .map(|s| (s.seq.len(), s.tokens, s.wants))
             .collect();
-        let step = StepInputs::new(&layout)?;
+        let inputs = StepInputs::new(&layout)?;
+        loop {
+            for share in shares.iter_mut() {
+                self.heal(share.seq)?;
+            }
+            match self.run_step(&inputs, shares) {
+                Err(e) if self.fail_over(&e, inputs.phase()) => continue,
+                done => return done,
+            }
+        }
+    }
+
+    /// Runs the step `step` of `shares` (their tokens checked, their caches healed):
+    /// takes its plan (the gate's arm or the batch arm) from the graph cache, runs it,
+    /// and appends each share's tokens to its sequence.
+    fn run_step(
+        &mut self,
+        step: &StepInputs,
+        shares: &mut [Share<'_>],
+    ) -> Result<StepOutput, StepError> {
         let (phase, bucket) = (step.phase(), step.bucket());
         // A chunk with and without logits share their bucket's gate: they differ only by
         // a one-row tail (the last layer's output projection and FFN, the head) that no
@@ -528,15 +521,6 @@ struct Share<'s> {
     seq: &'s mut Sequence,
     tokens: &'s [u32],
     wants: Wants,
-}
-
-/// The phase of a step evaluating `chunk`.
-fn chunk_phase(chunk: &[u32]) -> Phase {
-    if chunk.len() == 1 {
-        Phase::Decode
-    } else {
-        Phase::Prefill
-    }
 }
 
 /// Rows of a batched step of `tokens` tokens (and of its logits, one per sequence): a
