@@ -7,16 +7,18 @@ use std::sync::Arc;
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout};
 use crate::cache::{
     get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepArm,
-    StepKey, WeightStore,
+    StepKey,
 };
-use crate::coexec::{Clock, SystemClock};
+use crate::coexec::{CalibrationTable, Clock, SplitKey, SystemClock};
 use crate::exec::Executor;
-use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
-use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::returns::{with_argmax, Returns, StepOutput};
+use super::arms::{self, Arm};
+use super::coexec::{BucketGate, Coexec, CoexecMode};
+use super::failover::{self, Failover};
+use super::returns::{Returns, StepOutput};
 use super::rows::{StepInputs, Wants};
+use super::target::Target;
 use super::{BatchLogits, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
@@ -39,20 +41,17 @@ pub struct Work<'s> {
 /// Compiles and runs steps of one model on one set of backends, for one sequence or a
 /// batch of them. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
-    pub(super) model: Arc<dyn StepModel>,
-    pub(super) backends: BackendSet,
-    /// Fingerprint of `backends`, computed once: every step key carries it.
-    pub(super) backends_fingerprint: u64,
-    pub(super) policy: Policy,
-    pub(super) store: WeightStore,
-    pub(super) cache: GraphCache<Executor>,
-    pub(super) context: usize,
-    pub(super) kv_dtype: KvDType,
-    pub(super) prefill: PhaseStats,
-    pub(super) decode: PhaseStats,
-    pub(super) placement: [Placed; 2],
-    pub(super) coexec: Coexec,
-    pub(super) failovers: Vec<super::Failover>,
+    /// The model, live backends, policy and weights every step is planned on.
+    target: Target,
+    cache: GraphCache<Executor>,
+    context: usize,
+    kv_dtype: KvDType,
+    prefill: PhaseStats,
+    decode: PhaseStats,
+    /// Per phase (prefill, decode): the latest compiled plan's nodes per backend.
+    placement: [Placed; 2],
+    coexec: Coexec,
+    failovers: Vec<Failover>,
 }
 
 /// Compute nodes per backend name in a phase's most recently compiled plan.
@@ -72,8 +71,8 @@ pub struct PhaseStats {
 /// One sequence's state: its KV cache and the tokens it holds (kept so that a cache
 /// lost with a failed device can be recomputed on the backends that remain).
 pub struct Sequence {
-    pub(super) kv: KvCache,
-    pub(super) tokens: Vec<u32>,
+    kv: KvCache,
+    tokens: Vec<u32>,
     context: usize,
 }
 
@@ -137,16 +136,12 @@ impl Runner {
     /// sequence, at most the model's `context_length` (which bounds where the model's
     /// math is exact, e.g. `longrope`).
     pub fn new(model: Arc<dyn StepModel>, backends: BackendSet, context: usize) -> Runner {
-        let store = WeightStore::new(model.weights());
-        let policy = Policy::default();
-        let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
         let context = context.min(model.context_length());
+        let target = Target::new(model, backends);
+        let clock = Arc::new(SystemClock::new());
+        let coexec = Coexec::new(target.backends(), target.policy().fallback, clock);
         Runner {
-            model,
-            backends_fingerprint: backends.fingerprint(),
-            backends,
-            policy,
-            store,
+            target,
             cache: GraphCache::new(CacheBudget {
                 max_entries: 128,
                 max_bytes: 4 << 30,
@@ -163,7 +158,7 @@ impl Runner {
 
     /// The same runner with prefill co-execution `mode` (decode never splits).
     pub fn with_coexec(mut self, mode: CoexecMode) -> Runner {
-        self.coexec.mode = mode;
+        self.coexec.set_mode(mode);
         self
     }
 
@@ -171,26 +166,26 @@ impl Runner {
     /// memory only; `crate::model`'s `Model::runner` gives
     /// `$SWITCHYARD_HOME/calibration.json`).
     pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
-        self.coexec.table_file = file;
+        self.coexec.set_table_file(file);
         self
     }
 
     /// The same runner splitting every splittable prefill linear at `rho_permille`
     /// thousandths of its rows on the CPU, without calibrating.
     pub fn with_split_ratio(mut self, rho_permille: u16) -> Runner {
-        self.coexec.fixed_rho = Some(rho_permille.min(1000));
+        self.coexec.set_fixed_rho(rho_permille);
         self
     }
 
     /// The same runner timing co-execution arms with `clock`.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Runner {
-        self.coexec.clock = clock;
+        self.coexec.set_clock(clock);
         self
     }
 
     /// The backends this runner plans over.
     pub fn backends(&self) -> &BackendSet {
-        &self.backends
+        self.target.backends()
     }
 
     /// The co-execution gates' state and logs, per prefill bucket.
@@ -200,7 +195,10 @@ impl Runner {
 
     /// The same runner planning with `policy` (tests force placements with it).
     pub fn with_policy(self, policy: Policy) -> Runner {
-        Runner { policy, ..self }
+        Runner {
+            target: self.target.with_policy(policy),
+            ..self
+        }
     }
 
     /// How many compute nodes each backend runs in the latest prefill and decode plans
@@ -231,7 +229,7 @@ impl Runner {
     /// The KV layout of this runner's sequences: the context plus one padded prefill
     /// chunk, so a padded tail never overflows it.
     fn kv_layout(&self) -> KvLayout {
-        let shape = self.model.kv_shape();
+        let shape = self.target.model().kv_shape();
         KvLayout {
             n_layers: shape.n_layers,
             capacity: self.context + PREFILL_CHUNK,
@@ -411,23 +409,81 @@ impl Runner {
         // a one-row tail (the last layer's output projection and FFN, the head) that no
         // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
         let (arm, gate_arm) = match step.gated() {
-            true => self.choose_arm(phase, bucket as u32)?,
+            true => self.coexec.choose_arm(phase, bucket as u32, &self.target)?,
             false => (self.batch_arm(), None),
         };
         let executor = self.executor(phase, bucket, step.logits(), step.greedy(), arm)?;
         let mut state = step.state(shares.iter_mut().map(|s| &mut s.seq.kv))?;
-        let started = self.coexec.clock.now();
+        let started = self.coexec.now();
         let outputs = executor.run(step.tensors(), &mut state)?;
         drop(state);
         if let Some(index) = gate_arm {
-            let took = self.coexec.clock.now().saturating_sub(started);
+            let took = self.coexec.now().saturating_sub(started);
             self.coexec.record(bucket as u32, index, took);
         }
-        let output = step.output(outputs, self.model.vocab_size())?;
+        let output = step.output(outputs, self.target.model().vocab_size())?;
         for share in shares.iter_mut() {
             share.seq.tokens.extend_from_slice(share.tokens);
         }
         Ok(output)
+    }
+
+    /// Calibrates every prefill bucket that can split (`reps` timed runs per grid point),
+    /// replacing earlier calibrations, and saves the table. Returns the table.
+    pub fn calibrate(
+        &mut self,
+        reps: u32,
+        progress: &mut dyn FnMut(&SplitKey, usize, usize),
+    ) -> Result<Option<&CalibrationTable>, StepError> {
+        self.coexec.calibrate(reps, &self.target, progress)
+    }
+
+    /// Backends dropped so far, oldest first.
+    pub fn failovers(&self) -> &[Failover] {
+        &self.failovers
+    }
+
+    /// Forgets everything a panic inside a step may have left half-updated: compiled
+    /// executors (their partitions' buffers), the co-execution gates (a pending choice)
+    /// and plans. Resident weights stay: they are never written after loading.
+    pub fn reset(&mut self) {
+        self.cache.clear();
+        let fallback = self.target.policy().fallback;
+        self.coexec.forget(self.target.backends(), fallback);
+        self.placement = Default::default();
+    }
+
+    /// When `error` is a lost device or out of memory of a live backend that is not the
+    /// fallback, drops that backend, its resident weights and everything compiled, and
+    /// returns true: the caller runs the step again. Otherwise false.
+    fn fail_over(&mut self, error: &StepError, phase: Phase) -> bool {
+        let lost = failover::lost_backend(error, &self.target);
+        let Some(backend) = lost.and_then(|id| self.target.drop_backend(id)) else {
+            return false;
+        };
+        self.reset();
+        let survivors = self.target.backends();
+        let record = Failover::new(backend.name(), survivors, phase, error);
+        self.failovers.push(record);
+        true
+    }
+
+    /// Recomputes `seq` from its tokens when its newest KV rows were on a backend that
+    /// is gone; a no-op otherwise.
+    fn heal(&mut self, seq: &mut Sequence) -> Result<(), StepError> {
+        let target = &self.target;
+        if !seq.kv.drop_lost_device(|space| target.holds(space)) || seq.is_empty() {
+            return Ok(());
+        }
+        let tokens = std::mem::take(&mut seq.tokens);
+        log::warn!(
+            "recomputing {} positions whose KV rows were on a lost device",
+            tokens.len()
+        );
+        if let Some(last) = self.failovers.last_mut() {
+            last.recomputed += tokens.len();
+        }
+        self.forward(seq, &tokens).map(drop)
     }
 
     /// The plan of a batched step: the arm one sequence decodes on (the decode gate's
@@ -450,7 +506,7 @@ impl Runner {
                 context: seq.context,
             });
         }
-        let vocab = self.model.vocab_size() as u32;
+        let vocab = self.target.model().vocab_size() as u32;
         if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
             return Err(StepError::Input(format!(
                 "token id {bad} is outside the vocabulary of {vocab}"
@@ -470,12 +526,12 @@ impl Runner {
         arm: Arm,
     ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
-            model: self.model.fingerprint(),
+            model: self.target.model().fingerprint(),
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
             greedy,
-            backends: self.backends_fingerprint,
+            backends: self.target.fingerprint(),
             arm: match arm {
                 Arm::Baseline => StepArm::Baseline,
                 Arm::Split => StepArm::Split {
@@ -484,21 +540,16 @@ impl Runner {
                 Arm::Only(b) => StepArm::Only(b),
             },
         };
+        let (target, coexec) = (&self.target, &self.coexec);
         let context = CompileContext {
-            backends: &self.backends,
-            policy: &self.policy,
-            weights: &self.store,
+            backends: target.backends(),
+            policy: target.policy(),
+            weights: target.store(),
         };
-        let model = &self.model;
-        let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let mut graph = model.trace(bucket, sequences)?;
-            if greedy {
-                graph = with_argmax(graph)?;
-            }
-            let graph = eliminate_dead_code(&graph);
-            coexec::plan_arm(&graph, arm, backends, policy, coexec)
+            let graph = target.graph(bucket, sequences, greedy)?;
+            arms::plan_arm(&graph, arm, target, coexec)
         })?;
         let after = self.cache.stats();
         let phase_stats = match phase {
@@ -510,7 +561,7 @@ impl Runner {
         phase_stats.misses += after.misses - before.misses;
         if after.compiles > before.compiles {
             self.placement[matches!(phase, Phase::Decode) as usize] =
-                placed(executor.plan(), &self.backends);
+                placed(executor.plan(), self.target.backends());
         }
         Ok(executor)
     }
