@@ -3,26 +3,26 @@
 //! no-regression gate from measured times; the split's ratios come from the
 //! calibration table, filled lazily (and persisted) the first time a shape needs one.
 //! Decode never splits; in gate mode its own gate (bucket 1; prefill buckets are ≥ 2)
-//! picks between the baseline and the single-backend plans.
+//! picks between the baseline and the single-backend plans. [`Coexec`] owns that state;
+//! `arms.rs` plans and times the arms.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::backend::{BackendId, BackendSet, StepState, Tensor};
-use crate::cache::{CompileError, WeightStore};
+use crate::backend::{BackendId, BackendSet};
+use crate::cache::Phase;
 use crate::coexec::{
-    calibrate, split_graph, split_key, Calibration, CalibrationTable, Clock, Gate, GateConfig,
-    GateReport, HardwareFingerprint, LoadStatus, MemoryPressure, SplitKey, SplitRule,
+    Calibration, CalibrationTable, Clock, Gate, GateConfig, GateReport, HardwareFingerprint,
+    LoadStatus, SplitKey,
 };
-use crate::exec::Executor;
-use crate::graph::{DType, Graph, GraphBuilder, Op, OpKind};
-use crate::plan::{partition, partition_pinned, Pins, Placement, Plan, Policy};
 
-use super::StepError;
+use super::arms::{self, Arm, MIN_SPLIT_ROWS};
+use super::target::Target;
+use super::{StepError, PREFILL_CHUNK};
 
 /// How prefill may use a second backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -37,31 +37,6 @@ pub enum CoexecMode {
     Split,
 }
 
-/// One way to run a prefill step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum Arm {
-    /// The capability-greedy plan over every backend.
-    Baseline,
-    /// The baseline with large linears split by rows across the backend pair.
-    Split,
-    /// Every compute node on one backend.
-    Only(BackendId),
-}
-
-impl Arm {
-    /// The arm's name in reports (`baseline`, `split`, `cpu`, `gpu`).
-    pub fn name(&self, backends: &BackendSet) -> String {
-        match self {
-            Arm::Baseline => "baseline".into(),
-            Arm::Split => "split".into(),
-            Arm::Only(b) => backends.name_of(*b),
-        }
-    }
-}
-
-/// Linears with fewer rows never split.
-pub const MIN_SPLIT_ROWS: usize = 16;
-
 /// The gate of one prefill bucket, for reports.
 #[derive(Serialize)]
 pub struct BucketGate<'a> {
@@ -71,28 +46,30 @@ pub struct BucketGate<'a> {
     pub gate: GateReport<'a>,
 }
 
-/// Co-execution state of a runner.
+/// Co-execution state of a runner: the mode, the backend pair, the calibration table
+/// and the gates. *Invariant:* `pair`, `table`, `gates` and `calibrated` describe the
+/// backends last given to [`Coexec::new`] or [`Coexec::forget`].
 pub(super) struct Coexec {
     /// Whether prefill may leave the baseline.
-    pub mode: CoexecMode,
+    mode: CoexecMode,
     /// `(a, b)`: the CPU and the highest-priority other backend.
-    pub pair: Option<(BackendId, BackendId)>,
+    pair: Option<(BackendId, BackendId)>,
     table: Option<CalibrationTable>,
     /// Where the table persists (`None`: in memory only).
-    pub table_file: Option<PathBuf>,
+    table_file: Option<PathBuf>,
     /// A ratio (permille on the CPU) used for every split instead of calibrations.
-    pub fixed_rho: Option<u16>,
+    fixed_rho: Option<u16>,
     gates: BTreeMap<u32, (Vec<Arm>, Gate)>,
     /// Prefill buckets whose shapes have calibrations.
-    pub calibrated: std::collections::BTreeSet<u32>,
+    calibrated: BTreeSet<u32>,
     /// Times the arms (a fake clock in tests).
-    pub clock: Arc<dyn Clock>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Coexec {
     /// Co-execution over `backends`, off until a mode is set: the pair is `fallback`
     /// and the highest-priority other backend, when there is one.
-    pub fn new(backends: &BackendSet, fallback: BackendId, clock: Arc<dyn Clock>) -> Coexec {
+    pub(super) fn new(backends: &BackendSet, fallback: BackendId, clock: Arc<dyn Clock>) -> Coexec {
         let other = backends
             .iter()
             .filter(|b| b.id() != fallback)
@@ -110,9 +87,150 @@ impl Coexec {
         }
     }
 
+    /// Sets how prefill may use a second backend.
+    pub(super) fn set_mode(&mut self, mode: CoexecMode) {
+        self.mode = mode;
+    }
+
+    /// Keeps calibrations in `file` (`None`: in memory only).
+    pub(super) fn set_table_file(&mut self, file: Option<PathBuf>) {
+        self.table_file = file;
+    }
+
+    /// Splits every splittable linear at `rho_permille` thousandths of its rows on the
+    /// CPU (at most 1000), without calibrating.
+    pub(super) fn set_fixed_rho(&mut self, rho_permille: u16) {
+        self.fixed_rho = Some(rho_permille.min(1000));
+    }
+
+    /// Times the arms with `clock`.
+    pub(super) fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+
+    /// The arms' clock's time now.
+    pub(super) fn now(&self) -> Duration {
+        self.clock.now()
+    }
+
+    /// `(a, b)`: the CPU and the highest-priority other backend, when there is one.
+    pub(super) fn pair(&self) -> Option<(BackendId, BackendId)> {
+        self.pair
+    }
+
+    /// Which arm runs a step of `bucket` rows on `target`, and its index in the
+    /// bucket's gate when the gate chose (the caller records its time).
+    pub(super) fn choose_arm(
+        &mut self,
+        phase: Phase,
+        bucket: u32,
+        target: &Target,
+    ) -> Result<(Arm, Option<usize>), StepError> {
+        let mode = self.mode;
+        if mode == CoexecMode::Off || self.pair.is_none() {
+            return Ok((Arm::Baseline, None));
+        }
+        if phase == Phase::Prefill {
+            self.ensure_calibrated(bucket as usize, false, 1, target, &mut |_, _, _| {})?;
+            if mode == CoexecMode::Split {
+                return Ok((Arm::Split, None));
+            }
+        } else if mode != CoexecMode::Gate {
+            return Ok((Arm::Baseline, None));
+        }
+        if !self.gates.contains_key(&bucket) {
+            let (arms, pressure) =
+                arms::offered(phase, bucket as usize, target, self.split_pays())?;
+            let names = arms.iter().map(|a| a.name(target.backends())).collect();
+            let gate = Gate::new(names, 0, GateConfig::fusionml(pressure))
+                .map_err(|e| StepError::Internal(format!("co-execution gate: {e}")))?;
+            self.gates.insert(bucket, (arms, gate));
+        }
+        let Some((arms, gate)) = self.gates.get_mut(&bucket) else {
+            return Ok((Arm::Baseline, None));
+        };
+        let choice = gate.choose().arm.0;
+        Ok(match arms.get(choice) {
+            Some(&arm) => (arm, Some(choice)),
+            None => (Arm::Baseline, None),
+        })
+    }
+
+    /// Makes sure every splittable linear of the prefill `bucket` has a calibrated ratio
+    /// (all of them again when `force`), timing `reps` runs per grid point; reports
+    /// `(shape, done, total)` as it goes, and persists the table.
+    fn ensure_calibrated(
+        &mut self,
+        bucket: usize,
+        force: bool,
+        reps: u32,
+        target: &Target,
+        progress: &mut dyn FnMut(&SplitKey, usize, usize),
+    ) -> Result<(), StepError> {
+        let Some(pair) = self.pair else {
+            return Ok(());
+        };
+        if self.fixed_rho.is_some() || (!force && self.calibrated.contains(&(bucket as u32))) {
+            return Ok(());
+        }
+        let graph = target.graph(bucket, 1, false)?;
+        let Some(rule) = arms::rule(target.backends(), pair) else {
+            return Ok(());
+        };
+        let shapes = arms::split_shapes(&graph, &rule);
+        let fingerprint = arms::hardware(target.backends(), pair);
+        let reps = std::num::NonZeroU32::new(reps.max(1)).expect("at least one");
+        let mut changed = false;
+        for (key, (name, m)) in shapes {
+            if !force && self.table(&fingerprint).get(&key).is_some() {
+                continue;
+            }
+            log::info!(
+                target: "switchyard::progress",
+                "calibrating the CPU+GPU row split of {}×{} {} linears ({} rows), once for this machine",
+                key.n(),
+                key.k(),
+                key.dtype(),
+                key.rows_bucket()
+            );
+            let calibration = arms::calibrate_shape(
+                &key,
+                &name,
+                m,
+                target,
+                self.clock.as_ref(),
+                reps,
+                &mut |done, total| progress(&key, done, total),
+            )?;
+            self.table(&fingerprint).insert(calibration);
+            changed = true;
+        }
+        if changed {
+            self.save();
+        }
+        self.calibrated.insert(bucket as u32);
+        Ok(())
+    }
+
+    /// Calibrates every prefill bucket that can split (`reps` timed runs per grid point)
+    /// on `target`, replacing earlier calibrations, and saves the table. Returns the table.
+    pub(super) fn calibrate(
+        &mut self,
+        reps: u32,
+        target: &Target,
+        progress: &mut dyn FnMut(&SplitKey, usize, usize),
+    ) -> Result<Option<&CalibrationTable>, StepError> {
+        let mut bucket = PREFILL_CHUNK;
+        while bucket >= MIN_SPLIT_ROWS {
+            self.ensure_calibrated(bucket, true, reps, target, progress)?;
+            bucket /= 2;
+        }
+        Ok(self.table.as_ref())
+    }
+
     /// Forgets gates, calibrations and the pair after a backend was dropped: the pair
     /// becomes `fallback` and the highest-priority backend left, if any.
-    pub fn forget(&mut self, backends: &BackendSet, fallback: BackendId) {
+    pub(super) fn forget(&mut self, backends: &BackendSet, fallback: BackendId) {
         let fresh = Coexec::new(backends, fallback, self.clock.clone());
         self.pair = fresh.pair;
         self.table = None;
@@ -121,7 +239,7 @@ impl Coexec {
     }
 
     /// The gates' reports, by bucket.
-    pub fn reports(&self) -> Vec<BucketGate<'_>> {
+    pub(super) fn reports(&self) -> Vec<BucketGate<'_>> {
         self.gates
             .iter()
             .map(|(&bucket, (_, gate))| BucketGate {
@@ -131,41 +249,15 @@ impl Coexec {
             .collect()
     }
 
-    /// Whether `bucket` has a gate yet.
-    pub fn has_gate(&self, bucket: u32) -> bool {
-        self.gates.contains_key(&bucket)
-    }
-
-    /// Creates the gate of `bucket` over `arms` (the first is the baseline).
-    pub fn add_gate(
-        &mut self,
-        bucket: u32,
-        arms: Vec<Arm>,
-        names: Vec<String>,
-        pressure: MemoryPressure,
-    ) -> Result<(), StepError> {
-        let gate = Gate::new(names, 0, GateConfig::fusionml(pressure))
-            .map_err(|e| StepError::Internal(format!("co-execution gate: {e}")))?;
-        self.gates.insert(bucket, (arms, gate));
-        Ok(())
-    }
-
-    /// The gate's choice for `bucket`: the arm and its index.
-    pub fn choose(&mut self, bucket: u32) -> Option<(Arm, usize)> {
-        let (arms, gate) = self.gates.get_mut(&bucket)?;
-        let choice = gate.choose();
-        arms.get(choice.arm.0).map(|&arm| (arm, choice.arm.0))
-    }
-
     /// The arm `bucket`'s gate runs now (its incumbent while in probation), without
     /// counting a call; `None` without a gate.
-    pub fn active(&self, bucket: u32) -> Option<Arm> {
+    pub(super) fn active(&self, bucket: u32) -> Option<Arm> {
         let (arms, gate) = self.gates.get(&bucket)?;
         arms.get(gate.active()?.0).copied()
     }
 
     /// A fingerprint of the calibrated ratios, part of the split arm's step keys.
-    pub fn split_signature(&self) -> u64 {
+    pub(super) fn split_signature(&self) -> u64 {
         let mut text = format!("fixed={:?};", self.fixed_rho);
         for c in self.table.iter().flat_map(|t| t.calibrations()) {
             text.push_str(&format!("{:?}={};", c.key(), c.rho_permille()));
@@ -173,13 +265,8 @@ impl Coexec {
         crate::cache::fingerprint(text.as_bytes())
     }
 
-    /// The table, once loaded.
-    pub fn loaded_table(&self) -> Option<&CalibrationTable> {
-        self.table.as_ref()
-    }
-
     /// Whether some linear would split: a fixed ratio above zero, or a calibrated one.
-    pub fn split_pays(&self) -> bool {
+    fn split_pays(&self) -> bool {
         match self.fixed_rho {
             Some(rho) => rho > 0,
             None => self
@@ -190,13 +277,13 @@ impl Coexec {
     }
 
     /// The ratio for a split shape: the fixed one, else the calibrated one.
-    pub fn rho(&self, key: &SplitKey) -> Option<u16> {
+    pub(super) fn rho(&self, key: &SplitKey) -> Option<u16> {
         self.fixed_rho
             .or_else(|| self.table.as_ref()?.get(key).map(Calibration::rho_permille))
     }
 
     /// Records the measured time of the arm the gate chose for `bucket`.
-    pub fn record(&mut self, bucket: u32, arm: usize, took: Duration) {
+    pub(super) fn record(&mut self, bucket: u32, arm: usize, took: Duration) {
         if let Some((_, gate)) = self.gates.get_mut(&bucket) {
             let before = gate.active();
             if let Err(e) = gate.record(crate::coexec::ArmId(arm), took) {
@@ -223,7 +310,7 @@ impl Coexec {
     }
 
     /// The calibration table for `fingerprint`, loaded from `table_file` once.
-    pub fn table(&mut self, fingerprint: &HardwareFingerprint) -> &mut CalibrationTable {
+    fn table(&mut self, fingerprint: &HardwareFingerprint) -> &mut CalibrationTable {
         let file = self.table_file.clone();
         self.table.get_or_insert_with(|| {
             let Some(path) = file else {
@@ -244,171 +331,11 @@ impl Coexec {
     }
 
     /// Writes the table back, atomically; failures are logged (calibration is a cache).
-    pub fn save(&self) {
+    fn save(&self) {
         if let (Some(table), Some(path)) = (&self.table, &self.table_file) {
             if let Err(e) = table.save(path) {
                 log::warn!("could not save the calibration table: {e}");
             }
         }
     }
-}
-
-/// The machine's fingerprint: the CPU's and the other backend's detected versions.
-pub(super) fn hardware(backends: &BackendSet, pair: (BackendId, BackendId)) -> HardwareFingerprint {
-    let version = |b: BackendId| {
-        backends
-            .get(b)
-            .map_or_else(String::new, |b| b.capability().version.clone())
-    };
-    HardwareFingerprint {
-        cpu_model: version(pair.0),
-        gpu_adapter: backends.name_of(pair.1),
-        gpu_driver: version(pair.1),
-    }
-}
-
-/// The split rule for `pair` over `backends`.
-pub(super) fn rule<'a>(
-    backends: &'a BackendSet,
-    pair: (BackendId, BackendId),
-) -> Option<SplitRule<'a>> {
-    Some(SplitRule {
-        pair,
-        capabilities: (
-            backends.get(pair.0)?.capability(),
-            backends.get(pair.1)?.capability(),
-        ),
-        min_rows: MIN_SPLIT_ROWS,
-    })
-}
-
-/// Plans `graph` (dead code already removed) as `arm`.
-pub(super) fn plan_arm(
-    graph: &Graph,
-    arm: Arm,
-    backends: &BackendSet,
-    policy: &Policy,
-    coexec: &Coexec,
-) -> Result<Plan, CompileError> {
-    let all = backends.capabilities();
-    Ok(match arm {
-        Arm::Baseline => partition(graph, &all, policy)?,
-        Arm::Only(b) if b == policy.fallback => {
-            let only: Vec<_> = all.into_iter().filter(|(id, _)| *id == b).collect();
-            partition(graph, &only, policy)?
-        }
-        Arm::Only(b) => {
-            let pins: Pins = graph
-                .ids()
-                .filter(|&id| !graph.node(id).op.kind().is_source())
-                .map(|id| (id, b))
-                .collect();
-            partition_pinned(graph, &all, policy, &pins)?
-        }
-        Arm::Split => {
-            let Some(rule) = coexec.pair.and_then(|pair| rule(backends, pair)) else {
-                return Ok(partition(graph, &all, policy)?);
-            };
-            let split = split_graph(graph, &rule, |key| coexec.rho(key))?;
-            partition_pinned(&split.graph, &all, policy, &split.pins)?
-        }
-    })
-}
-
-/// Whether backend `b` can run every compute node of `graph`.
-pub(super) fn runs_everything(graph: &Graph, backends: &BackendSet, b: BackendId) -> bool {
-    backends.get(b).is_some_and(|backend| {
-        graph
-            .ids()
-            .filter(|&id| !graph.node(id).op.kind().is_source())
-            .all(|id| backend.capability().supports(graph, id).is_ok())
-    })
-}
-
-/// Whether `plan` places every compute node on `b`.
-pub(super) fn all_on(plan: &Plan, b: BackendId) -> bool {
-    plan.graph
-        .nodes()
-        .iter()
-        .zip(&plan.placement)
-        .all(|(node, at)| {
-            node.op.kind().is_source()
-                || node.op.kind() == OpKind::Transfer
-                || *at == Placement::On(b)
-        })
-}
-
-/// Bytes of the weights `graph` reads.
-pub(super) fn weight_bytes(graph: &Graph) -> usize {
-    graph
-        .nodes()
-        .iter()
-        .filter(|n| matches!(n.op, Op::Weight { .. }))
-        .filter_map(|n| n.dtype.bytes_for(n.shape.numel()))
-        .sum()
-}
-
-/// The split linears of `graph`: each shape class with the name of one weight of it
-/// and its row count.
-pub(super) fn split_shapes(
-    graph: &Graph,
-    rule: &SplitRule<'_>,
-) -> BTreeMap<SplitKey, (String, usize)> {
-    let mut shapes = BTreeMap::new();
-    for id in graph.ids() {
-        if let Some((key, m)) = split_key(graph, id, rule) {
-            if let Op::Weight { name } = &graph.node(graph.node(id).inputs[1]).op {
-                shapes.entry(key).or_insert((name.clone(), m));
-            }
-        }
-    }
-    shapes
-}
-
-/// Calibrates one shape class: times the real concurrent split of the weight `name`
-/// over `m` random rows at every grid ratio, `reps` times each.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn calibrate_shape(
-    key: &SplitKey,
-    name: &str,
-    m: usize,
-    backends: &BackendSet,
-    store: &WeightStore,
-    clock: &dyn Clock,
-    reps: std::num::NonZeroU32,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<Calibration, StepError> {
-    let (k, n) = (key.k() as usize, key.n() as usize);
-    let mut b = GraphBuilder::new();
-    let graph_error = |e| StepError::from(CompileError::from(e));
-    let x = b.input("x", DType::F32, [m, k]).map_err(graph_error)?;
-    let w = b.weight(name, key.dtype(), [n, k]).map_err(graph_error)?;
-    let y = b.matmul(x, w).map_err(graph_error)?;
-    let graph = b.finish(vec![y]).map_err(graph_error)?;
-    let rule = rule(backends, key.pair())
-        .ok_or_else(|| StepError::internal("co-execution pair is missing"))?;
-    let policy = Policy {
-        min_run: 0,
-        ..Policy::default()
-    };
-    let values: Vec<f32> = (0..m * k)
-        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-        .collect();
-    let input = Tensor::from_f32([m, k], &values)?;
-    let measure = |rho: u16| -> Result<Duration, StepError> {
-        let split = split_graph(&graph, &rule, |_| Some(rho)).map_err(graph_error)?;
-        let mut pins = split.pins;
-        if split.splits.is_empty() {
-            pins.insert(y, key.pair().1);
-        }
-        let plan = partition_pinned(&split.graph, &backends.capabilities(), &policy, &pins)
-            .map_err(CompileError::from)?;
-        let executor = Executor::compile(plan, backends, store)?;
-        let run = || executor.run(&[("x", input.clone())], &mut StepState::stateless());
-        run()?;
-        let started = clock.now();
-        run()?;
-        Ok(clock.now().saturating_sub(started))
-    };
-    calibrate(*key, reps, measure, progress)
 }

@@ -11,9 +11,12 @@ mod failover;
 mod logits;
 mod model;
 mod returns;
+mod rows;
 mod runner;
+mod target;
 
-pub use coexec::{Arm, BucketGate, CoexecMode, MIN_SPLIT_ROWS};
+pub use arms::{Arm, MIN_SPLIT_ROWS};
+pub use coexec::{BucketGate, CoexecMode};
 pub use error::StepError;
 pub use failover::Failover;
 pub use logits::BatchLogits;

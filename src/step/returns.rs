@@ -106,7 +106,7 @@ impl StepOutput {
 }
 
 /// The first `rows` picks of an argmax step's output as tokens (-1: none).
-pub(super) fn picks(output: Tensor, rows: usize) -> Result<Vec<Option<u32>>, StepError> {
+fn picks(output: Tensor, rows: usize) -> Result<Vec<Option<u32>>, StepError> {
     let TensorData::Host(bytes) = &output.data else {
         return Err(StepError::internal(
             "a step's tokens were not read back to the host",

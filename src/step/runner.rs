@@ -4,19 +4,22 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{BackendSet, KvCache, KvDType, KvLayout, Segment, StepState, Tensor};
+use crate::backend::{BackendSet, KvCache, KvDType, KvLayout};
 use crate::cache::{
     get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepArm,
-    StepKey, WeightStore,
+    StepKey,
 };
-use crate::coexec::{Clock, SystemClock};
+use crate::coexec::{CalibrationTable, Clock, SplitKey, SystemClock};
 use crate::exec::Executor;
-use crate::graph::eliminate_dead_code;
 use crate::plan::{Placement, Policy};
 
-use super::coexec::{self, Arm, BucketGate, Coexec, CoexecMode};
-use super::returns::{picks, with_argmax, Returns, StepOutput};
-use super::{inputs, BatchLogits, StepError, StepModel};
+use super::arms::{self, Arm};
+use super::coexec::{BucketGate, Coexec, CoexecMode};
+use super::failover::{self, Failover};
+use super::returns::{Returns, StepOutput};
+use super::rows::StepInputs;
+use super::target::Target;
+use super::{BatchLogits, StepError, StepModel};
 
 /// Tokens per prefill chunk; the last chunk is padded up to a power of two.
 pub const PREFILL_CHUNK: usize = 64;
@@ -38,20 +41,17 @@ pub struct Work<'s> {
 /// Compiles and runs steps of one model on one set of backends, for one sequence or a
 /// batch of them. Executors and resident weights are shared by every sequence it runs.
 pub struct Runner {
-    pub(super) model: Arc<dyn StepModel>,
-    pub(super) backends: BackendSet,
-    /// Fingerprint of `backends`, computed once: every step key carries it.
-    pub(super) backends_fingerprint: u64,
-    pub(super) policy: Policy,
-    pub(super) store: WeightStore,
-    pub(super) cache: GraphCache<Executor>,
-    pub(super) context: usize,
-    pub(super) kv_dtype: KvDType,
-    pub(super) prefill: PhaseStats,
-    pub(super) decode: PhaseStats,
-    pub(super) placement: [Placed; 2],
-    pub(super) coexec: Coexec,
-    pub(super) failovers: Vec<super::Failover>,
+    /// The model, live backends, policy and weights every step is planned on.
+    target: Target,
+    cache: GraphCache<Executor>,
+    context: usize,
+    kv_dtype: KvDType,
+    prefill: PhaseStats,
+    decode: PhaseStats,
+    /// Per phase (prefill, decode): the latest compiled plan's nodes per backend.
+    placement: [Placed; 2],
+    coexec: Coexec,
+    failovers: Vec<Failover>,
 }
 
 /// Compute nodes per backend name in a phase's most recently compiled plan.
@@ -71,8 +71,8 @@ pub struct PhaseStats {
 /// One sequence's state: its KV cache and the tokens it holds (kept so that a cache
 /// lost with a failed device can be recomputed on the backends that remain).
 pub struct Sequence {
-    pub(super) kv: KvCache,
-    pub(super) tokens: Vec<u32>,
+    kv: KvCache,
+    tokens: Vec<u32>,
     context: usize,
 }
 
@@ -136,16 +136,12 @@ impl Runner {
     /// sequence, at most the model's `context_length` (which bounds where the model's
     /// math is exact, e.g. `longrope`).
     pub fn new(model: Arc<dyn StepModel>, backends: BackendSet, context: usize) -> Runner {
-        let store = WeightStore::new(model.weights());
-        let policy = Policy::default();
-        let coexec = Coexec::new(&backends, policy.fallback, Arc::new(SystemClock::new()));
         let context = context.min(model.context_length());
+        let target = Target::new(model, backends);
+        let clock = Arc::new(SystemClock::new());
+        let coexec = Coexec::new(target.backends(), target.policy().fallback, clock);
         Runner {
-            model,
-            backends_fingerprint: backends.fingerprint(),
-            backends,
-            policy,
-            store,
+            target,
             cache: GraphCache::new(CacheBudget {
                 max_entries: 128,
                 max_bytes: 4 << 30,
@@ -162,7 +158,7 @@ impl Runner {
 
     /// The same runner with prefill co-execution `mode` (decode never splits).
     pub fn with_coexec(mut self, mode: CoexecMode) -> Runner {
-        self.coexec.mode = mode;
+        self.coexec.set_mode(mode);
         self
     }
 
@@ -170,26 +166,26 @@ impl Runner {
     /// memory only; `crate::model`'s `Model::runner` gives
     /// `$SWITCHYARD_HOME/calibration.json`).
     pub fn with_calibration_file(mut self, file: Option<std::path::PathBuf>) -> Runner {
-        self.coexec.table_file = file;
+        self.coexec.set_table_file(file);
         self
     }
 
     /// The same runner splitting every splittable prefill linear at `rho_permille`
     /// thousandths of its rows on the CPU, without calibrating.
     pub fn with_split_ratio(mut self, rho_permille: u16) -> Runner {
-        self.coexec.fixed_rho = Some(rho_permille.min(1000));
+        self.coexec.set_fixed_rho(rho_permille);
         self
     }
 
     /// The same runner timing co-execution arms with `clock`.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Runner {
-        self.coexec.clock = clock;
+        self.coexec.set_clock(clock);
         self
     }
 
     /// The backends this runner plans over.
     pub fn backends(&self) -> &BackendSet {
-        &self.backends
+        self.target.backends()
     }
 
     /// The co-execution gates' state and logs, per prefill bucket.
@@ -199,7 +195,10 @@ impl Runner {
 
     /// The same runner planning with `policy` (tests force placements with it).
     pub fn with_policy(self, policy: Policy) -> Runner {
-        Runner { policy, ..self }
+        Runner {
+            target: self.target.with_policy(policy),
+            ..self
+        }
     }
 
     /// How many compute nodes each backend runs in the latest prefill and decode plans
@@ -230,7 +229,7 @@ impl Runner {
     /// The KV layout of this runner's sequences: the context plus one padded prefill
     /// chunk, so a padded tail never overflows it.
     fn kv_layout(&self) -> KvLayout {
-        let shape = self.model.kv_shape();
+        let shape = self.target.model().kv_shape();
         KvLayout {
             n_layers: shape.n_layers,
             capacity: self.context + PREFILL_CHUNK,
@@ -269,9 +268,10 @@ impl Runner {
     /// Several tokens are a prefill (chunked, tail bucketed); one token is a decode step.
     pub fn forward(&mut self, seq: &mut Sequence, tokens: &[u32]) -> Result<Vec<f32>, StepError> {
         match self.forward_chunks(seq, tokens, Returns::Logits)? {
-            Last::Logits(logits) => Ok(logits),
-            _ => Err(StepError::internal("a step returned no logits")),
+            StepOutput::Logits(logits) => logits.row(0).map(<[f32]>::to_vec),
+            StepOutput::Tokens(_) => None,
         }
+        .ok_or_else(|| StepError::internal("a step returned no logits"))
     }
 
     /// [`Runner::forward`] returning only greedy decoding's pick from the last token's
@@ -283,9 +283,10 @@ impl Runner {
         tokens: &[u32],
     ) -> Result<Option<u32>, StepError> {
         match self.forward_chunks(seq, tokens, Returns::Token)? {
-            Last::Token(token) => Ok(token),
-            _ => Err(StepError::internal("a greedy step returned no token")),
+            StepOutput::Tokens(tokens) => tokens.first().copied(),
+            StepOutput::Logits(_) => None,
         }
+        .ok_or_else(|| StepError::internal("a greedy step returned no token"))
     }
 
     /// Evaluates `tokens` after what `seq` holds in chunks; the last chunk returns what
@@ -295,15 +296,14 @@ impl Runner {
         seq: &mut Sequence,
         tokens: &[u32],
         returns: Returns,
-    ) -> Result<Last, StepError> {
+    ) -> Result<StepOutput, StepError> {
         if returns == Returns::Every {
             return Err(StepError::internal(
                 "every token's logits come from forward_every_logit",
             ));
         }
         self.check_tokens(seq, tokens)?;
-        self.heal(seq)?;
-        let mut out = Last::Nothing;
+        let mut out = StepOutput::none();
         let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
         for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
             // Only the last chunk returns anything: the others only fill the KV cache,
@@ -313,50 +313,13 @@ impl Runner {
             } else {
                 Returns::Nothing
             };
-            out = loop {
-                match self.run_chunk(seq, chunk, want) {
-                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
-                    done => break done?,
-                }
-            };
+            out = self.step(&mut [Share {
+                seq: &mut *seq,
+                tokens: chunk,
+                wants: want,
+            }])?;
         }
         Ok(out)
-    }
-
-    /// Evaluates `chunk` after what `seq` holds; returns what `returns` asks for of its
-    /// last token (for nothing, the graph runs without the output head).
-    fn run_chunk(
-        &mut self,
-        seq: &mut Sequence,
-        chunk: &[u32],
-        returns: Returns,
-    ) -> Result<Last, StepError> {
-        let (phase, bucket) = chunk_bucket(chunk);
-        // Chunks with and without logits share their bucket's gate: they differ only by
-        // a one-row tail (the last layer's output projection and FFN, the head) that no
-        // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
-        let (arm, gate_arm) = self.choose_arm(phase, bucket as u32)?;
-        let greedy = returns == Returns::Token;
-        let executor = self.executor(phase, bucket, usize::from(returns.head()), greedy, arm)?;
-        let last_row = [(chunk.len() - 1) as i32];
-        let rows: &[i32] = if returns.head() { &last_row } else { &[] };
-        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, rows)?;
-        let mut state = chunk_state(seq, chunk, bucket)?;
-        let started = self.coexec.clock.now();
-        let outputs = executor.run(&step_inputs, &mut state)?;
-        if let Some(index) = gate_arm {
-            let took = self.coexec.clock.now().saturating_sub(started);
-            self.coexec.record(bucket as u32, index, took);
-        }
-        seq.tokens.extend_from_slice(chunk);
-        let out = outputs.into_iter().next();
-        Ok(match (returns, out) {
-            // `forward_chunks` refuses `Every` before any chunk runs.
-            (Returns::Nothing | Returns::Every, _) => Last::Nothing,
-            (Returns::Logits, Some(out)) => Last::Logits(out.to_f32_vec()?),
-            (Returns::Token, Some(out)) => Last::Token(picks(out, 1)?[0]),
-            (_, None) => return Err(StepError::internal("a prompt step returned no logits")),
-        })
     }
 
     /// Evaluates `tokens` after what `seq` holds and returns the logits of every one of
@@ -371,38 +334,21 @@ impl Runner {
         tokens: &[u32],
     ) -> Result<Vec<BatchLogits>, StepError> {
         self.check_tokens(seq, tokens)?;
-        self.heal(seq)?;
         let mut out = Vec::with_capacity(tokens.len().div_ceil(PREFILL_CHUNK));
         for chunk in tokens.chunks(PREFILL_CHUNK) {
-            let logits = loop {
-                match self.score_chunk(seq, chunk) {
-                    Err(e) if self.fail_over(&e, chunk_phase(chunk)) => self.heal(seq)?,
-                    done => break done?,
-                }
+            let share = Share {
+                seq: &mut *seq,
+                tokens: chunk,
+                wants: Returns::Every,
             };
-            out.push(logits);
+            match self.step(&mut [share])? {
+                StepOutput::Logits(logits) => out.push(logits),
+                StepOutput::Tokens(_) => {
+                    return Err(StepError::internal("a scoring step returned tokens"))
+                }
+            }
         }
         Ok(out)
-    }
-
-    /// Evaluates `chunk` after what `seq` holds with a logits row per token.
-    fn score_chunk(&mut self, seq: &mut Sequence, chunk: &[u32]) -> Result<BatchLogits, StepError> {
-        let (phase, bucket) = chunk_bucket(chunk);
-        let arm = self.batch_arm();
-        let executor = self.executor(phase, bucket, bucket, false, arm)?;
-        let mut rows: Vec<i32> = (0..chunk.len() as i32).collect();
-        rows.resize(bucket, 0);
-        let step_inputs = chunk_inputs(chunk, seq.len(), bucket, &rows)?;
-        let mut state = chunk_state(seq, chunk, bucket)?;
-        let outputs = executor.run(&step_inputs, &mut state)?;
-        drop(state);
-        let output = outputs
-            .into_iter()
-            .next()
-            .ok_or_else(|| StepError::internal("a scoring step returned no logits"))?;
-        let logits = BatchLogits::from_output(output, self.model.vocab_size(), chunk.len())?;
-        seq.tokens.extend_from_slice(chunk);
-        Ok(logits)
     }
 
     /// Evaluates each sequence's tokens after what it holds, all in one step, and
@@ -423,126 +369,133 @@ impl Runner {
     /// most [`MAX_STEP_TOKENS`] (the caller chunks long prompts).
     pub fn forward_batch(&mut self, work: &mut [Work<'_>]) -> Result<StepOutput, StepError> {
         if let [one] = work {
-            if one.returns == Returns::Every {
-                if one.tokens.len() > PREFILL_CHUNK {
-                    return Err(StepError::Internal(format!(
-                        "a scored chunk takes at most {PREFILL_CHUNK} tokens, got {}",
-                        one.tokens.len()
-                    )));
-                }
-                let mut chunks = self.forward_every_logit(one.seq, one.tokens)?;
-                return match chunks.pop() {
-                    Some(logits) => Ok(StepOutput::Logits(logits)),
-                    None => Err(StepError::internal("a scoring step returned no logits")),
-                };
+            if one.returns != Returns::Every {
+                return self.forward_chunks(one.seq, one.tokens, one.returns);
             }
-            return Ok(
-                match self.forward_chunks(one.seq, one.tokens, one.returns)? {
-                    Last::Nothing => StepOutput::none(),
-                    Last::Logits(logits) => StepOutput::Logits(BatchLogits::one(logits)),
-                    Last::Token(token) => StepOutput::Tokens(vec![token]),
-                },
-            );
         }
-        if work.is_empty() {
-            return Err(StepError::internal("no sequences to evaluate"));
-        }
-        let total: usize = work.iter().map(|w| w.tokens.len()).sum();
-        if total > MAX_STEP_TOKENS {
-            return Err(StepError::Internal(format!(
-                "a batched step takes at most {MAX_STEP_TOKENS} tokens, got {total}"
-            )));
-        }
-        for w in work.iter_mut() {
-            self.check_tokens(w.seq, w.tokens)?;
-            self.heal(w.seq)?;
-        }
-        let decode = work.iter().all(|w| w.tokens.len() == 1);
-        let phase = if decode {
-            Phase::Decode
-        } else {
-            Phase::Prefill
-        };
-        // Logits rows for the sequences that want them; none at all runs the step on
-        // the graph that ends at the last layer's attention (decision 115).
-        let wanted: usize = work.iter().map(|w| w.returns.rows(w.tokens.len())).sum();
-        // Tokens come back only when no sequence needs its logits.
-        let greedy = wanted > 0
-            && work
-                .iter()
-                .all(|w| matches!(w.returns, Returns::Nothing | Returns::Token));
-        let (bucket, sequences) = (step_bucket(total), step_bucket(wanted));
-        let arm = self.batch_arm();
-        let executor = match self.executor(phase, bucket, sequences, greedy, arm) {
-            Err(e) if self.fail_over(&e, phase) => {
-                return self.forward_batch(work);
-            }
-            executor => executor?,
-        };
-        let mut ids = Vec::with_capacity(bucket);
-        let mut positions = Vec::with_capacity(bucket);
-        let mut last_rows = Vec::with_capacity(sequences);
         for w in work.iter() {
-            ids.extend(w.tokens.iter().map(|&t| t as i32));
-            let start = w.seq.len();
-            positions.extend((start..start + w.tokens.len()).map(|p| p as i32));
-            let rows = w.returns.rows(w.tokens.len());
-            last_rows.extend((ids.len() - rows..ids.len()).map(|r| r as i32));
+            self.check_tokens(w.seq, w.tokens)?;
         }
-        ids.resize(bucket, 0);
-        positions.resize(bucket, 0);
-        last_rows.resize(sequences, 0);
-        let mut step_inputs = vec![
-            (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-            (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-        ];
-        if sequences > 0 {
-            step_inputs.push((
-                inputs::LOGITS_ROW,
-                Tensor::from_i32([sequences], &last_rows)?,
-            ));
-        }
-        let mut row = 0;
-        let segments = work
+        let mut shares: Vec<Share<'_>> = work
             .iter_mut()
-            .map(|w| {
-                let rows = row..row + w.tokens.len();
-                row = rows.end;
-                Segment {
-                    rows,
-                    kv_len: w.seq.len(),
-                    kv: &mut w.seq.kv,
-                }
+            .map(|w| Share {
+                seq: &mut *w.seq,
+                tokens: w.tokens,
+                wants: w.returns,
             })
             .collect();
-        let mut state = StepState::batch(segments)?.padded_to(bucket);
-        let outputs = executor.run(&step_inputs, &mut state);
-        drop(state);
-        let outputs = match outputs.map_err(StepError::from) {
-            Err(e) if self.fail_over(&e, phase) => return self.forward_batch(work),
-            outputs => outputs?,
-        };
-        let logits = match wanted {
-            0 => StepOutput::none(),
-            _ => {
-                let output = outputs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| StepError::internal("a batched step returned no logits"))?;
-                match greedy {
-                    true => StepOutput::from_picks(output, wanted)?,
-                    false => StepOutput::Logits(BatchLogits::from_output(
-                        output,
-                        self.model.vocab_size(),
-                        wanted,
-                    )?),
-                }
+        self.step(&mut shares)
+    }
+
+    /// The one path every step takes: builds the step's inputs once, then heals each
+    /// sequence (recomputes one whose newest KV rows were on a lost device) and runs the
+    /// step; when a backend failed and was dropped ([`Runner::fail_over`]), heals and runs
+    /// it again on the survivors.
+    fn step(&mut self, shares: &mut [Share<'_>]) -> Result<StepOutput, StepError> {
+        let layout: Vec<_> = shares
+            .iter()
+            .map(|s| (s.seq.len(), s.tokens, s.wants))
+            .collect();
+        let inputs = StepInputs::new(&layout)?;
+        loop {
+            for share in shares.iter_mut() {
+                self.heal(share.seq)?;
             }
-        };
-        for w in work.iter_mut() {
-            w.seq.tokens.extend_from_slice(w.tokens);
+            match self.run_step(&inputs, shares) {
+                Err(e) if self.fail_over(&e, inputs.phase()) => continue,
+                done => return done,
+            }
         }
-        Ok(logits)
+    }
+
+    /// Runs the step `step` of `shares` (their tokens checked, their caches healed):
+    /// takes its plan (the gate's arm or the batch arm) from the graph cache, runs it,
+    /// and appends each share's tokens to its sequence.
+    fn run_step(
+        &mut self,
+        step: &StepInputs,
+        shares: &mut [Share<'_>],
+    ) -> Result<StepOutput, StepError> {
+        let (phase, bucket) = (step.phase(), step.bucket());
+        // A chunk with and without logits share their bucket's gate: they differ only by
+        // a one-row tail (the last layer's output projection and FFN, the head) that no
+        // arm splits (fewer than `MIN_SPLIT_ROWS` rows), so every arm pays it alike.
+        let (arm, gate_arm) = match step.gated() {
+            true => self.coexec.choose_arm(phase, bucket as u32, &self.target)?,
+            false => (self.batch_arm(), None),
+        };
+        let executor = self.executor(phase, bucket, step.logits(), step.greedy(), arm)?;
+        let mut state = step.state(shares.iter_mut().map(|s| &mut s.seq.kv))?;
+        let started = self.coexec.now();
+        let outputs = executor.run(step.tensors(), &mut state)?;
+        drop(state);
+        if let Some(index) = gate_arm {
+            let took = self.coexec.now().saturating_sub(started);
+            self.coexec.record(bucket as u32, index, took);
+        }
+        let output = step.output(outputs, self.target.model().vocab_size())?;
+        for share in shares.iter_mut() {
+            share.seq.tokens.extend_from_slice(share.tokens);
+        }
+        Ok(output)
+    }
+
+    /// Calibrates every prefill bucket that can split (`reps` timed runs per grid point),
+    /// replacing earlier calibrations, and saves the table. Returns the table.
+    pub fn calibrate(
+        &mut self,
+        reps: u32,
+        progress: &mut dyn FnMut(&SplitKey, usize, usize),
+    ) -> Result<Option<&CalibrationTable>, StepError> {
+        self.coexec.calibrate(reps, &self.target, progress)
+    }
+
+    /// Backends dropped so far, oldest first.
+    pub fn failovers(&self) -> &[Failover] {
+        &self.failovers
+    }
+
+    /// Forgets everything a panic inside a step may have left half-updated: compiled
+    /// executors (their partitions' buffers), the co-execution gates (a pending choice)
+    /// and plans. Resident weights stay: they are never written after loading.
+    pub fn reset(&mut self) {
+        self.cache.clear();
+        let fallback = self.target.policy().fallback;
+        self.coexec.forget(self.target.backends(), fallback);
+        self.placement = Default::default();
+    }
+
+    /// When `error` is a lost device or out of memory of a live backend that is not the
+    /// fallback, drops that backend, its resident weights and everything compiled, and
+    /// returns true: the caller runs the step again. Otherwise false.
+    fn fail_over(&mut self, error: &StepError, phase: Phase) -> bool {
+        let lost = failover::lost_backend(error, &self.target);
+        let Some(backend) = lost.and_then(|id| self.target.drop_backend(id)) else {
+            return false;
+        };
+        self.reset();
+        let survivors = self.target.backends();
+        let record = Failover::new(backend.name(), survivors, phase, error);
+        self.failovers.push(record);
+        true
+    }
+
+    /// Recomputes `seq` from its tokens when its newest KV rows were on a backend that
+    /// is gone; a no-op otherwise.
+    fn heal(&mut self, seq: &mut Sequence) -> Result<(), StepError> {
+        let target = &self.target;
+        if !seq.kv.drop_lost_device(|space| target.holds(space)) || seq.is_empty() {
+            return Ok(());
+        }
+        let tokens = std::mem::take(&mut seq.tokens);
+        log::warn!(
+            "recomputing {} positions whose KV rows were on a lost device",
+            tokens.len()
+        );
+        if let Some(last) = self.failovers.last_mut() {
+            last.recomputed += tokens.len();
+        }
+        self.forward(seq, &tokens).map(drop)
     }
 
     /// The plan of a batched step: the arm one sequence decodes on (the decode gate's
@@ -565,7 +518,7 @@ impl Runner {
                 context: seq.context,
             });
         }
-        let vocab = self.model.vocab_size() as u32;
+        let vocab = self.target.model().vocab_size() as u32;
         if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
             return Err(StepError::Input(format!(
                 "token id {bad} is outside the vocabulary of {vocab}"
@@ -585,12 +538,12 @@ impl Runner {
         arm: Arm,
     ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
-            model: self.model.fingerprint(),
+            model: self.target.model().fingerprint(),
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
             greedy,
-            backends: self.backends_fingerprint,
+            backends: self.target.fingerprint(),
             arm: match arm {
                 Arm::Baseline => StepArm::Baseline,
                 Arm::Split => StepArm::Split {
@@ -599,21 +552,16 @@ impl Runner {
                 Arm::Only(b) => StepArm::Only(b),
             },
         };
+        let (target, coexec) = (&self.target, &self.coexec);
         let context = CompileContext {
-            backends: &self.backends,
-            policy: &self.policy,
-            weights: &self.store,
+            backends: target.backends(),
+            policy: target.policy(),
+            weights: target.store(),
         };
-        let model = &self.model;
-        let (backends, policy, coexec) = (&self.backends, &self.policy, &self.coexec);
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let mut graph = model.trace(bucket, sequences)?;
-            if greedy {
-                graph = with_argmax(graph)?;
-            }
-            let graph = eliminate_dead_code(&graph);
-            coexec::plan_arm(&graph, arm, backends, policy, coexec)
+            let graph = target.graph(bucket, sequences, greedy)?;
+            arms::plan_arm(&graph, arm, target, coexec)
         })?;
         let after = self.cache.stats();
         let phase_stats = match phase {
@@ -625,75 +573,17 @@ impl Runner {
         phase_stats.misses += after.misses - before.misses;
         if after.compiles > before.compiles {
             self.placement[matches!(phase, Phase::Decode) as usize] =
-                placed(executor.plan(), &self.backends);
+                placed(executor.plan(), self.target.backends());
         }
         Ok(executor)
     }
 }
 
-/// What one sequence's last chunk returned.
-enum Last {
-    Nothing,
-    Logits(Vec<f32>),
-    Token(Option<u32>),
-}
-
-/// A chunk's phase and the rows its step pads to: one token decodes; more prefill in a
-/// power-of-two bucket of at most [`PREFILL_CHUNK`].
-fn chunk_bucket(chunk: &[u32]) -> (Phase, usize) {
-    match chunk_phase(chunk) {
-        Phase::Decode => (Phase::Decode, 1),
-        Phase::Prefill => (
-            Phase::Prefill,
-            chunk.len().next_power_of_two().min(PREFILL_CHUNK),
-        ),
-    }
-}
-
-/// The inputs of a step of `chunk` after `start` positions, padded to `bucket` rows,
-/// with `logits_rows` as the rows whose logits it returns (none: no head).
-fn chunk_inputs(
-    chunk: &[u32],
-    start: usize,
-    bucket: usize,
-    logits_rows: &[i32],
-) -> Result<Vec<(&'static str, Tensor)>, StepError> {
-    let mut ids: Vec<i32> = chunk.iter().map(|&t| t as i32).collect();
-    ids.resize(bucket, 0);
-    let positions: Vec<i32> = (start..start + bucket).map(|p| p as i32).collect();
-    let mut step_inputs = vec![
-        (inputs::TOKENS, Tensor::from_i32([bucket], &ids)?),
-        (inputs::POSITIONS, Tensor::from_i32([bucket], &positions)?),
-    ];
-    if !logits_rows.is_empty() {
-        let rows = Tensor::from_i32([logits_rows.len()], logits_rows)?;
-        step_inputs.push((inputs::LOGITS_ROW, rows));
-    }
-    Ok(step_inputs)
-}
-
-/// The step state of `chunk` after what `seq` holds: the chunk's rows only, so the
-/// bucket's padding rows attend to nothing and the CPU does not multiply them.
-fn chunk_state<'s>(
+/// One sequence's share of a step: its new tokens and what it wants read back.
+struct Share<'s> {
     seq: &'s mut Sequence,
-    chunk: &[u32],
-    bucket: usize,
-) -> Result<StepState<'s>, StepError> {
-    let segment = Segment {
-        rows: 0..chunk.len(),
-        kv_len: seq.len(),
-        kv: &mut seq.kv,
-    };
-    Ok(StepState::batch(vec![segment])?.padded_to(bucket))
-}
-
-/// The phase of a step evaluating `chunk`.
-fn chunk_phase(chunk: &[u32]) -> Phase {
-    if chunk.len() == 1 {
-        Phase::Decode
-    } else {
-        Phase::Prefill
-    }
+    tokens: &'s [u32],
+    wants: Returns,
 }
 
 /// Rows of a batched step of `tokens` tokens (and of its logits, one per sequence): a
