@@ -242,6 +242,9 @@ pub struct Decoding<'t> {
     text: TextStream<'t>,
     /// What the output is held to, if anything.
     constraint: Option<Constraint>,
+    /// The last step's logits with the refused tokens at -inf, kept to reuse its
+    /// allocation (a row of the vocabulary each step).
+    masked: Vec<f32>,
     /// The constraint's failure while preparing a mask off this thread, reported by
     /// the next [`Decoding::accept`].
     prepare_error: Option<ModelError>,
@@ -275,6 +278,7 @@ impl<'t> Decoding<'t> {
         }
         Ok(Decoding {
             constraint: options.constraint.as_ref().map(Constraint::new),
+            masked: Vec::new(),
             prepare_error: None,
             text: TextStream::new(tokenizer, options.stop_strings.clone()),
             options,
@@ -375,9 +379,8 @@ impl<'t> Decoding<'t> {
                     Some(constraint) => {
                         // The sampler draws from the masked distribution: any top-k,
                         // top-p or min-p cut is taken on what the grammar allows.
-                        let mut masked = logits.to_vec();
-                        constraint.mask(&mut masked)?;
-                        let token = sampler.sample(&masked, history)?;
+                        constraint.mask_into(logits, &mut self.masked)?;
+                        let token = sampler.sample(&self.masked, history)?;
                         constraint.advance(token)?;
                         token
                     }
