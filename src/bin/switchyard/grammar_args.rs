@@ -1,5 +1,5 @@
 //! The flags that hold output to a shape (`--json-object`, `--json-schema`, `--regex`,
-//! `--choice`, `--grammar`), shared by `generate` and `constrain`.
+//! `--choice`, `--grammar`), shared by `generate`, `constrain` and `bench`.
 
 use anyhow::{Context, Result};
 use clap::Args;
