@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use switchyard::backend::fault::{FaultKind, Faulty};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, Fault, KV_BLOCK};
-use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{fetch, generate, FinishReason, GenerateOptions, Generation, Model};
+use switchyard::decode::sampler::{Sampler, SamplerConfig};
+use switchyard::decode::{generate, FinishReason, GenerateOptions, Generation};
+use switchyard::model::{fetch, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
 use switchyard::step::{step_bucket, Runner};
 

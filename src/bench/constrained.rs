@@ -21,10 +21,11 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::stats::{mean, ratio_of_medians, MedianSummary, Ratio};
-use crate::model::constraint::{Constraint, Grammar, Shape, TokenEnv};
-use crate::model::sampler::SamplerConfig;
+use crate::decode::constraint::{Constraint, Grammar, Shape, TokenEnv};
+use crate::decode::sampler::SamplerConfig;
+use crate::decode::GenerateOptions;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{GenerateOptions, ModelError};
+use crate::model::ModelError;
 use crate::sched::{Event, Limits, Request, Scheduler};
 use crate::step::Runner;
 

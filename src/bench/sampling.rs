@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::stats::MedianSummary;
-use crate::model::sampler::{History, Sampler, SamplerConfig};
+use crate::decode::sampler::{History, Sampler, SamplerConfig};
 use crate::model::ModelError;
 use crate::step::Runner;
 

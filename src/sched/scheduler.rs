@@ -3,11 +3,12 @@
 //! ones, within a token budget, so running streams keep a bounded time per token.
 
 use super::prefix::{PrefixCache, PrefixStats};
-use crate::model::sampler::{Sampler, SamplerConfig};
+use crate::decode::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 
-use crate::model::{Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs};
+use crate::decode::{Decoding, GenerateOptions, Generation, TokenLogprobs};
+use crate::model::ModelError;
 use crate::step::{
     step_bucket, Returned, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{GateSnapshot, Metrics};
-use crate::model::sampler::SamplerConfig;
-use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, TokenLogprobs};
+use crate::decode::sampler::SamplerConfig;
+use crate::decode::{FinishReason, GenerateOptions, Generation, TokenLogprobs};
+use crate::model::{Model, ModelError};
 use crate::sched::{self, Fit, Limits, Request, Scheduler};
 use crate::step::Runner;
 
@@ -276,7 +277,7 @@ impl Engine {
             // and resets the runner's compiled steps, as a step's does.
             let runner = &mut self.runner;
             let scored = catch_unwind(AssertUnwindSafe(|| {
-                crate::model::prompt_logprobs(runner, &job.prompt, k)
+                crate::decode::prompt_logprobs(runner, &job.prompt, k)
             }));
             let failed = match scored {
                 Ok(Ok(logprobs)) => {

@@ -11,7 +11,7 @@ use switchyard::bench::constrained::{compare, ConstrainedReport, Plan};
 use switchyard::bench::env::EnvStamp;
 use switchyard::bench::llm::{bench_prompt, TG_PROMPT_TOKENS};
 use switchyard::bench::stats::MedianSummary;
-use switchyard::model::constraint::{Grammar, TokenEnv};
+use switchyard::decode::constraint::{Grammar, TokenEnv};
 
 use crate::model_args::ModelArgs;
 

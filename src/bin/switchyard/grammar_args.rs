@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 
-use switchyard::model::constraint::Grammar;
+use switchyard::decode::constraint::Grammar;
 
 /// One way of holding output to a shape, at most.
 #[derive(Args, Default)]

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::constraint::{Constraint, Shape};
 use super::sampler::{History, Sampler, SamplerError};
-use super::tokenizer::Tokenizer;
-use super::ModelError;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::ModelError;
 use crate::step::{Returned, Runner, Sequence};
 
 /// What to generate and when to stop.
@@ -539,7 +539,7 @@ enum Flow {
 
 /// Turns tokens into text, holding back any tail that could start a stop string.
 struct TextStream<'a> {
-    decoder: super::tokenizer::StreamDecoder<'a>,
+    decoder: crate::model::tokenizer::StreamDecoder<'a>,
     stop_strings: Vec<String>,
     emitted: String,
     pending: String,

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 pub use check::{Check, Checker};
 
-use super::tokenizer::{TokenBytes, Tokenizer};
-use super::ModelError;
+use crate::model::tokenizer::{TokenBytes, Tokenizer};
+use crate::model::ModelError;
 
 /// A grammar the engine could not compile: the caller's to fix (a keyword or feature
 /// that constrains but is not implemented, a malformed regex or grammar).
