@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use switchyard::backend::cpu::argmax;
-use switchyard::model::sampler::{History, Sampler, SamplerConfig};
+use switchyard::decode::sampler::{History, Sampler, SamplerConfig};
 
 /// Deterministic logits in about [-10, 10), a handful of them equal maxima.
 fn logits(vocab: usize) -> Vec<f32> {

@@ -10,6 +10,7 @@ pub mod backend;
 pub mod bench;
 pub mod cache;
 pub mod coexec;
+pub mod decode;
 pub mod exec;
 pub mod graph;
 pub mod harness;

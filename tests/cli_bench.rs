@@ -1,5 +1,6 @@
 //! `switchyard bench` as a user runs it on the default model: the JSON report's shape
-//! (never its speeds) and clear errors for tests that cannot run.
+//! (never its speeds) and clear errors for tests that cannot run; with a grammar, the
+//! constrained comparison's report.
 
 use std::process::{Command, Output};
 
@@ -155,8 +156,63 @@ fn bench_profile_says_where_each_tests_steps_go() {
     assert!(ops
         .iter()
         .any(|o| o["op"] == "attention" && o["calls"] == 8 * 30));
+    // Beside the tg test's step, the default sampling of its one row.
+    let sampling = json["sampling"]
+        .as_array()
+        .expect("--profile times sampling");
+    assert_eq!(sampling.len(), 1, "{sampling:?}");
+    assert_eq!(
+        (&sampling[0]["test"], &sampling[0]["rows"]),
+        (&"tg4".into(), &1.into())
+    );
+    assert!(sampling[0]["percent_of_step"].as_f64().unwrap() > 0.0);
 
     let out = switchyard(&["bench", "--arms", "cpu", "--profile"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--profile"));
+}
+
+#[test]
+fn bench_with_a_grammar_compares_constrained_steps_and_times_the_mask() {
+    let out = switchyard(&[
+        "bench",
+        "--json-schema",
+        r#"{"type": "object", "properties": {"name": {"type": "string"}}}"#,
+        "--batch",
+        "2",
+        "--gen-tokens",
+        "3",
+        "--reps",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["sequences"], 2);
+    assert_eq!(json["vocab_size"], 49152);
+    for key in [
+        "unconstrained_step_ms",
+        "constrained_step_ms",
+        "mask_us",
+        "apply_us",
+        "advance_us",
+        "constraint_us",
+    ] {
+        let summary = &json[key];
+        assert!(summary["median"].as_f64().unwrap() >= 0.0, "{key}: {json}");
+        assert!(summary["p99"].as_f64().unwrap() >= 0.0, "{key}: {json}");
+    }
+    // Three timed steps of each arm.
+    assert_eq!(json["unconstrained_step_ms"]["n"], 3);
+    assert_eq!(json["constrained_step_ms"]["n"], 3);
+
+    let out = switchyard(&["bench", "--json-object", "--profile"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--profile"));
 }

@@ -16,10 +16,11 @@ use switchyard::backend::{
     cpu::CpuBackend, sim::SimBackend, Backend, BackendId, BackendSet, DTypeSet, Refusal,
 };
 use switchyard::cache::Phase;
+use switchyard::decode::sampler::{Sampler, SamplerConfig};
+use switchyard::decode::{generate, GenerateOptions};
 use switchyard::graph::{eliminate_dead_code, DType, OpKind};
 use switchyard::model::llama::trace_step;
-use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{fetch, generate, GenerateOptions, Model};
+use switchyard::model::{fetch, Model};
 use switchyard::plan::{self, Placement, Policy, Reason};
 use switchyard::server::{Limits, ServerConfig};
 use switchyard::step::Runner;

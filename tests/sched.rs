@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use switchyard::backend::fault::{FaultKind, Faulty};
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet, Fault, KV_BLOCK};
-use switchyard::model::sampler::{Sampler, SamplerConfig};
-use switchyard::model::{
-    fetch, generate, prompt_logprobs, FinishReason, GenerateOptions, Generation, Model,
-    TokenLogprobs,
+use switchyard::decode::sampler::{Sampler, SamplerConfig};
+use switchyard::decode::{
+    generate, prompt_logprobs, FinishReason, GenerateOptions, Generation, TokenLogprobs,
 };
+use switchyard::model::{fetch, Model};
 use switchyard::sched::{Event, Limits, Request, Scheduler};
 use switchyard::step::{step_bucket, Runner, PREFILL_CHUNK};
 

@@ -97,7 +97,7 @@ pub enum ModelError {
     Run(#[from] crate::exec::ExecError),
     /// The sampler's settings are invalid or the logits hold no candidate.
     #[error(transparent)]
-    Sampling(#[from] crate::model::sampler::SamplerError),
+    Sampling(#[from] SamplerError),
     /// The tokenizer could not encode or decode.
     #[error(transparent)]
     Tokenizer(#[from] crate::model::tokenizer::TokenizerError),
@@ -127,7 +127,6 @@ impl ModelError {
     /// sampler cannot draw from (empty, or all NaN). A server answers these with 500;
     /// everything else names what the user can change.
     pub fn is_internal(&self) -> bool {
-        use crate::model::sampler::SamplerError;
         match self {
             ModelError::Internal(_) => true,
             ModelError::Compile(_) | ModelError::Run(_) | ModelError::Backend(_) => {
@@ -145,7 +144,6 @@ impl ModelError {
     /// or a failed fetch.
     pub fn is_input(&self) -> bool {
         use crate::model::chat_template::TemplateError;
-        use crate::model::sampler::SamplerError;
         use crate::model::tokenizer::TokenizerError;
         match self {
             ModelError::Input(_) | ModelError::ContextFull { .. } => true,
@@ -222,6 +220,30 @@ impl From<crate::step::StepError> for ModelError {
     }
 }
 
+/// Errors from configuring a sampler or sampling.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplerError {
+    /// A configuration value is outside its valid range.
+    #[error("sampler setting {field} = {value} is invalid: {expected}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// Its value.
+        value: f32,
+        /// The valid range.
+        expected: &'static str,
+    },
+    /// The logits slice was empty.
+    #[error("cannot sample from an empty logits vector")]
+    EmptyLogits,
+    /// Every logit was NaN or -inf (after the repetition penalty).
+    #[error("no token has a finite logit (all {0} are NaN or -inf)")]
+    NoCandidates(usize),
+    /// A device's greedy pick found no token with a finite logit.
+    #[error("no token has a finite logit (the device's greedy pick found every one NaN or -inf)")]
+    NoPick,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +251,6 @@ mod tests {
     use crate::cache::CompileError;
     use crate::exec::ExecError;
     use crate::model::chat_template::TemplateError;
-    use crate::model::sampler::SamplerError;
     use crate::model::tokenizer::TokenizerError;
 
     /// Each kind of error is the user's input, ours, or neither (the model file, the

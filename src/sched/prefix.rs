@@ -17,7 +17,7 @@
 //! serves only unscored ones (its positions' logits were never computed).
 
 use crate::backend::KV_BLOCK;
-use crate::model::TokenLogprobs;
+use crate::decode::TokenLogprobs;
 use crate::step::Sequence;
 
 /// A prompt's scores: `logprobs[i]` is token `i + 1`'s log-probability given those

@@ -7,13 +7,12 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::prefix::{PrefixCache, PrefixStats, Scores};
-use crate::model::sampler::{Sampler, SamplerConfig};
+use crate::decode::sampler::{Sampler, SamplerConfig};
 use crate::model::tokenizer::Tokenizer;
 use rayon::prelude::*;
 
-use crate::model::{
-    token_logprobs, Decoding, GenerateOptions, Generation, ModelError, TokenLogprobs,
-};
+use crate::decode::{token_logprobs, Decoding, GenerateOptions, Generation, TokenLogprobs};
+use crate::model::ModelError;
 use crate::step::{
     step_bucket, Returned, Returns, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };

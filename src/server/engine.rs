@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::{GateSnapshot, Metrics};
-use crate::model::sampler::SamplerConfig;
-use crate::model::{FinishReason, GenerateOptions, Generation, Model, ModelError, TokenLogprobs};
+use crate::decode::sampler::SamplerConfig;
+use crate::decode::{FinishReason, GenerateOptions, Generation, TokenLogprobs};
+use crate::model::{Model, ModelError};
 use crate::sched::{self, Limits, Request, Scheduler};
 use crate::step::Runner;
 

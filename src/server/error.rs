@@ -249,7 +249,7 @@ mod tests {
     fn internal_errors_are_500_and_input_errors_400() {
         use crate::backend::BackendError;
         use crate::exec::ExecError;
-        use crate::model::sampler::SamplerError;
+        use crate::model::SamplerError;
         let internal = [
             ModelError::internal("a sequence was admitted without room"),
             ModelError::Run(ExecError::MissingInput("tokens".into())),

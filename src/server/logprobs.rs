@@ -8,8 +8,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::decode::TokenLogprobs;
 use crate::model::tokenizer::Tokenizer;
-use crate::model::TokenLogprobs;
 
 /// What OpenAI reports for a token that cannot be drawn (a logit of -inf).
 const IMPOSSIBLE: f64 = -9999.0;

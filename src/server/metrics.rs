@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::backend::DeviceCounters;
 use crate::cache::CacheStats;
-use crate::model::FinishReason;
+use crate::decode::FinishReason;
 use crate::sched::PrefixStats;
 use crate::step::PhaseStats;
 

@@ -16,8 +16,9 @@ use super::error::ApiError;
 use super::logprobs;
 use super::tool_format::ToolFormat;
 use super::tools;
+use crate::decode::{FinishReason, TokenLogprobs};
 use crate::model::tokenizer::Tokenizer;
-use crate::model::{FinishReason, Model, TokenLogprobs};
+use crate::model::Model;
 
 /// What a completion's `echo` puts before each choice: the prompt's text and ids.
 #[derive(Clone, Debug)]

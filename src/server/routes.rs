@@ -22,9 +22,10 @@ use super::metrics::Metrics;
 use super::reply::{self, CancelOnDrop, Kind, Reply};
 use super::shapes;
 use super::tool_format::ToolFormat;
-use crate::model::constraint::{Shape, TokenEnv};
-use crate::model::sampler::SamplerConfig;
-use crate::model::{GenerateOptions, Model, TokenLogprobs};
+use crate::decode::constraint::{Shape, TokenEnv};
+use crate::decode::sampler::SamplerConfig;
+use crate::decode::{GenerateOptions, TokenLogprobs};
+use crate::model::Model;
 
 /// Recent tokens `repetition_penalty` looks at (llama.cpp's `repeat_last_n` default).
 const REPEAT_LAST_N: usize = 64;

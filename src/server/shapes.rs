@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::api::{Body, Kind};
 use super::error::ApiError;
 use super::fields;
-use crate::model::constraint::{Grammar, GrammarError};
+use crate::decode::constraint::{Grammar, GrammarError};
 
 /// What shape a reply's text takes.
 #[derive(Clone, Debug, Default)]

@@ -2,7 +2,7 @@
 //! through the engine's checker) and reading calls back.
 
 use super::*;
-use crate::model::constraint::Grammar;
+use crate::decode::constraint::Grammar;
 
 fn tools() -> Vec<(String, Value)> {
     vec![

@@ -11,8 +11,8 @@ use super::api::Body;
 use super::error::ApiError;
 use super::shapes::unsupported_grammar;
 use super::tool_format::{generic_prompt, Mode, Parsed, ToolFormat};
+use crate::decode::constraint::Grammar;
 use crate::model::chat_template::Message;
-use crate::model::constraint::Grammar;
 use crate::model::tokenizer::Tokenizer;
 
 /// Most tools one request may list.

@@ -16,8 +16,10 @@ use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
+use crate::bench_constrained;
 use crate::bench_device;
 use crate::bench_profile;
+use crate::grammar_args::GrammarArgs;
 use crate::model_args::ModelArgs;
 
 /// Flags of `switchyard bench`.
@@ -67,7 +69,8 @@ pub struct BenchArgs {
     json: bool,
     /// After the timed tests, run each once more with every CPU node timed and show
     /// where a step's time goes: op, calls per step, µs per call, share of the step and
-    /// weight GB/s of each product (untimed by the tests' numbers).
+    /// weight GB/s of each product (untimed by the tests' numbers); and for each tg
+    /// test, what the server's default sampling (temperature 1) costs its step's rows.
     #[arg(long)]
     profile: bool,
     /// Compare execution arms under the fairness protocol instead: any of `cpu` (CPU
@@ -104,6 +107,13 @@ pub struct BenchArgs {
     /// With --arms: where to write `<PREFIX>.json`, `.md` and `.svg`.
     #[arg(long, value_name = "PREFIX", default_value = "switchyard-arms")]
     out: std::path::PathBuf,
+    /// With a grammar (--json-schema, --json-object, --regex, --choice or --grammar):
+    /// time --gen-tokens decode steps of --batch sequences (16 unless told) through the
+    /// scheduler, sampled at temperature 1, unconstrained against every sequence held
+    /// to it, in --reps alternating rounds; and the constraint's time per token (its
+    /// mask, and applying that to a logit row), median and p99.
+    #[command(flatten)]
+    shape: GrammarArgs,
 }
 
 #[derive(Serialize)]
@@ -122,6 +132,9 @@ struct Report {
     /// With `--profile`: each test's node times.
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<Vec<bench_profile::TestProfile>>,
+    /// With `--profile`: the default sampling's time beside each `tg` test's step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sampling: Option<Vec<bench_profile::SamplingShare>>,
     /// Each test's device counters, for the backends that keep them (the GPU).
     devices: Vec<bench_device::DeviceUse>,
 }
@@ -206,6 +219,19 @@ fn check_flags(args: &BenchArgs) -> Result<()> {
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
     check_flags(args)?;
+    if let Some(grammar) = args.shape.grammar()? {
+        if !args.arms.is_empty() || args.profile {
+            bail!("a grammar times constrained decode steps and cannot be combined with --arms or --profile");
+        }
+        let request = bench_constrained::ConstrainedRequest {
+            model: &args.model,
+            batch: &args.batch,
+            steps: args.gen_tokens,
+            rounds: args.reps,
+            json: args.json,
+        };
+        return bench_constrained::run(&request, &grammar);
+    }
     if !args.arms.is_empty() {
         return bench_arms::run(&bench_arms::ArmsRequest {
             model: &args.model,
@@ -307,10 +333,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         devices.extend(bench_device::uses(&test.name(), &before, &after));
     }
     progress.finish_and_clear();
-    let profile = if args.profile {
-        Some(bench_profile::profile_tests(&mut runner, &prompt, &tests)?)
+    let (profile, sampling) = if args.profile {
+        (
+            Some(bench_profile::profile_tests(&mut runner, &prompt, &tests)?),
+            Some(bench_profile::sampling_shares(
+                &mut runner,
+                &prompt,
+                &tests,
+                &results,
+            )?),
+        )
     } else {
-        None
+        (None, None)
     };
 
     let tensors = TensorMix::of(&model.config, model.weights.as_ref());
@@ -352,6 +386,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .as_ref()
             .map_or_else(peak_rss_bytes, |p| Some(p.peak_rss_bytes())),
         profile,
+        sampling,
         devices,
     };
     if args.json {
@@ -362,6 +397,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if let Some(profile) = &report.profile {
             let others = runner.backends().iter().any(|b| b.op_profile().is_none());
             bench_profile::print_profiles(profile, others);
+        }
+        if let Some(sampling) = &report.sampling {
+            bench_profile::print_sampling(sampling);
         }
     }
     Ok(())

@@ -4,12 +4,15 @@
 //! backend and row count says where a step's time goes: op (a GPU's dispatch kind),
 //! calls per step, µs per call, share of the step and, for CPU products, the weight
 //! bytes read per second. Apart from the timed tests, so the timers never touch their
-//! numbers.
+//! numbers. Beside each `tg` test's step it also sets the time the server's default
+//! sampling (temperature 1, no top-k or top-p) takes for that step's sequences, one
+//! after the other as the scheduler draws them ([`switchyard::bench::sampling`]).
 
 use anyhow::{bail, Result};
 use serde::Serialize;
 use switchyard::backend::RowsProfile;
-use switchyard::bench::llm::{run_test, BenchTest};
+use switchyard::bench::llm::{run_test, BenchTest, TestResult};
+use switchyard::bench::sampling::{default_sampling_cost, SamplingCost, SAMPLING_REPS};
 use switchyard::step::Runner;
 
 /// The node times of one test's profiled run.
@@ -132,4 +135,66 @@ fn print_steps(test: &str, backend: &str, steps: &RowsProfile) {
         share(steps.outside_nanos()),
         ""
     );
+}
+
+/// The default path's sampling beside one `tg` test's decode step.
+#[derive(Serialize)]
+pub struct SamplingShare {
+    /// The test (`tg128`, `tg128x16`).
+    pub test: String,
+    /// Sampling its step's rows, timed.
+    #[serde(flatten)]
+    pub cost: SamplingCost,
+    /// Microseconds of one of its decode steps, from the test's median tok/s.
+    pub decode_step_us: f64,
+    /// The median sampling time as a percentage of that step.
+    pub percent_of_step: f64,
+}
+
+/// Times the default sampling for the rows of each `tg` test in `results`.
+pub fn sampling_shares(
+    runner: &mut Runner,
+    prompt: &[u32],
+    tests: &[BenchTest],
+    results: &[TestResult],
+) -> Result<Vec<SamplingShare>> {
+    let mut out = Vec::new();
+    for (test, result) in tests.iter().zip(results) {
+        let rows = match *test {
+            BenchTest::Generate(_) => 1,
+            BenchTest::Batch { sequences, .. } => sequences,
+            BenchTest::Prompt(_) => continue,
+        };
+        let cost = default_sampling_cost(runner, prompt, rows, SAMPLING_REPS)?;
+        let decode_step_us = 1e6 * rows as f64 / result.summary.median;
+        out.push(SamplingShare {
+            test: test.name(),
+            percent_of_step: 100.0 * cost.step_us.median / decode_step_us,
+            cost,
+            decode_step_us,
+        });
+    }
+    Ok(out)
+}
+
+/// Prints one line per `tg` test: sampling's time against its step's.
+pub fn print_sampling(shares: &[SamplingShare]) {
+    if shares.is_empty() {
+        return;
+    }
+    println!(
+        "\nsampling on the server's default path (temperature 1, no top-k or top-p), every \
+         row of a step one after the other, median (p99) of {SAMPLING_REPS} steps:"
+    );
+    for s in shares {
+        println!(
+            "{}: {} rows {:.1} µs ({:.1}) = {:.2} % of its {:.0} µs decode step",
+            s.test,
+            s.cost.rows,
+            s.cost.step_us.median,
+            s.cost.step_us.p99,
+            s.percent_of_step,
+            s.decode_step_us
+        );
+    }
 }

@@ -8,8 +8,9 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{Context, Result};
 use clap::Args;
 
+use switchyard::decode::{generate_after, GenerateOptions};
 use switchyard::model::chat_template::Message;
-use switchyard::model::{generate_after, GenerateOptions, ModelError};
+use switchyard::model::ModelError;
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;

@@ -7,9 +7,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
+use switchyard::decode::constraint::{Grammar, Shape, TokenEnv};
+use switchyard::decode::{generate, GenerateOptions, Generation};
 use switchyard::model::chat_template::Message;
-use switchyard::model::constraint::{Grammar, Shape, TokenEnv};
-use switchyard::model::{generate, GenerateOptions, Generation, Model};
+use switchyard::model::Model;
 use switchyard::step::{BucketGate, Failover, PhaseStats, Placed};
 
 use crate::grammar_args::GrammarArgs;

@@ -1,10 +1,10 @@
 //! The flags that hold output to a shape (`--json-object`, `--json-schema`, `--regex`,
-//! `--choice`, `--grammar`), shared by `generate` and `constrain`.
+//! `--choice`, `--grammar`), shared by `generate`, `constrain` and `bench`.
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use switchyard::model::constraint::Grammar;
+use switchyard::decode::constraint::Grammar;
 
 /// One way of holding output to a shape, at most.
 #[derive(Args, Default)]

@@ -4,6 +4,7 @@
 
 mod bench_arms;
 mod bench_cmd;
+mod bench_constrained;
 mod bench_device;
 mod bench_profile;
 mod calibrate_cmd;

@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use switchyard::model::sampler::{Sampler, SamplerConfig};
+use switchyard::decode::sampler::{Sampler, SamplerConfig};
 
 /// How to pick each next token, and when to stop.
 #[derive(Args, Clone)]

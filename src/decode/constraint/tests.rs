@@ -663,8 +663,10 @@ fn a_vocabulary_becomes_bytes_and_a_trie() {
         let shape = Shape::new(&env, &Grammar::regex("[ Haelot]+").unwrap()).unwrap();
         let mut constraint = Constraint::new(&shape);
         let allowed = |constraint: &mut Constraint| {
-            let mut row = vec![0.0f32; logits];
-            constraint.mask(&mut row).unwrap();
+            let mut row = Vec::new();
+            constraint
+                .mask_into(&vec![0.0f32; logits], &mut row)
+                .unwrap();
             (0..logits as u32)
                 .filter(|&id| row[id as usize] > f32::NEG_INFINITY)
                 .collect::<Vec<u32>>()
@@ -692,4 +694,46 @@ fn a_vocabulary_becomes_bytes_and_a_trie() {
         let refused = (0..logits as u32).find(|id| !next.contains(id)).unwrap();
         assert!(constraint.advance(refused).is_err());
     }
+}
+
+/// `mask_into` keeps exactly the allowed tokens' logits, word by word, whether a mask
+/// word refuses all, allows all or some of its 32 tokens, and refuses a row whose
+/// allowed logits are all -inf.
+#[test]
+fn masking_a_row_keeps_exactly_the_allowed_logits() {
+    let env = TokenEnv::bytes();
+    let vocab = env.factory.tok_env().tok_trie().vocab_size();
+    let logits: Vec<f32> = (0..vocab)
+        .map(|i| match i % 7 {
+            0 => f32::NEG_INFINITY,
+            _ => i as f32 * 0.5 - 40.0,
+        })
+        .collect();
+    for regex in ["[a-f]+", "(?s:.+)", "x"] {
+        let shape = Shape::new(env, &Grammar::regex(regex).unwrap()).unwrap();
+        let mut constraint = Constraint::new(&shape);
+        let mut out = vec![1.0; 3];
+        constraint.mask_into(&logits, &mut out).unwrap();
+        let mask = constraint.mask.as_ref().unwrap();
+        let expected: Vec<f32> = (0..vocab)
+            .map(|id| match mask.is_allowed(id as u32) {
+                true => logits[id],
+                false => f32::NEG_INFINITY,
+            })
+            .collect();
+        assert_eq!(out, expected, "{regex}");
+    }
+    // Every token that may come has a -inf logit: nothing can be drawn.
+    let shape = Shape::new(env, &Grammar::regex("x").unwrap()).unwrap();
+    let mut constraint = Constraint::new(&shape);
+    constraint.prepare().unwrap();
+    let mask = constraint.mask.as_ref().unwrap();
+    let row: Vec<f32> = (0..vocab)
+        .map(|id| match mask.is_allowed(id as u32) {
+            true => f32::NEG_INFINITY,
+            false => 1.0,
+        })
+        .collect();
+    let mut out = Vec::new();
+    assert!(constraint.mask_into(&row, &mut out).is_err());
 }

@@ -18,29 +18,7 @@ use crate::backend::cpu::{argmax, greedy, sanitize};
 
 use super::sampler_select::{block_sums, by_logit_desc, exp_nonpositive, locate, nucleus};
 
-/// Errors from configuring a sampler or sampling.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SamplerError {
-    /// A configuration value is outside its valid range.
-    #[error("sampler setting {field} = {value} is invalid: {expected}")]
-    InvalidConfig {
-        /// The offending field.
-        field: &'static str,
-        /// Its value.
-        value: f32,
-        /// The valid range.
-        expected: &'static str,
-    },
-    /// The logits slice was empty.
-    #[error("cannot sample from an empty logits vector")]
-    EmptyLogits,
-    /// Every logit was NaN or -inf (after the repetition penalty).
-    #[error("no token has a finite logit (all {0} are NaN or -inf)")]
-    NoCandidates(usize),
-    /// A device's greedy pick found no token with a finite logit.
-    #[error("no token has a finite logit (the device's greedy pick found every one NaN or -inf)")]
-    NoPick,
-}
+pub use crate::model::SamplerError;
 
 /// Sampling settings. Each filter has a neutral value that switches it off.
 #[derive(Debug, Clone, PartialEq)]

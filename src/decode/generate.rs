@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::constraint::{Constraint, Shape};
 use super::sampler::{History, Sampler, SamplerError};
-use super::tokenizer::Tokenizer;
-use super::ModelError;
+use crate::model::tokenizer::Tokenizer;
+use crate::model::ModelError;
 use crate::step::{Returned, Runner, Sequence};
 
 /// What to generate and when to stop.
@@ -243,6 +243,9 @@ pub struct Decoding<'t> {
     text: TextStream<'t>,
     /// What the output is held to, if anything.
     constraint: Option<Constraint>,
+    /// The last step's logits with the refused tokens at -inf, kept to reuse its
+    /// allocation (a row of the vocabulary each step).
+    masked: Vec<f32>,
     /// The constraint's failure while preparing a mask off this thread, reported by
     /// the next [`Decoding::accept`].
     prepare_error: Option<ModelError>,
@@ -276,6 +279,7 @@ impl<'t> Decoding<'t> {
         }
         Ok(Decoding {
             constraint: options.constraint.as_ref().map(Constraint::new),
+            masked: Vec::new(),
             prepare_error: None,
             text: TextStream::new(tokenizer, options.stop_strings.clone()),
             options,
@@ -376,9 +380,8 @@ impl<'t> Decoding<'t> {
                     Some(constraint) => {
                         // The sampler draws from the masked distribution: any top-k,
                         // top-p or min-p cut is taken on what the grammar allows.
-                        let mut masked = logits.to_vec();
-                        constraint.mask(&mut masked)?;
-                        let token = sampler.sample(&masked, history)?;
+                        constraint.mask_into(logits, &mut self.masked)?;
+                        let token = sampler.sample(&self.masked, history)?;
                         constraint.advance(token)?;
                         token
                     }
@@ -538,7 +541,7 @@ enum Flow {
 
 /// Turns tokens into text, holding back any tail that could start a stop string.
 struct TextStream<'a> {
-    decoder: super::tokenizer::StreamDecoder<'a>,
+    decoder: crate::model::tokenizer::StreamDecoder<'a>,
     stop_strings: Vec<String>,
     emitted: String,
     pending: String,

@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 pub use check::{Check, Checker};
 
-use super::tokenizer::{TokenBytes, Tokenizer};
-use super::ModelError;
+use crate::model::tokenizer::{TokenBytes, Tokenizer};
+use crate::model::ModelError;
 
 /// A grammar the engine could not compile: the caller's to fix (a keyword or feature
 /// that constrains but is not implemented, a malformed regex or grammar).
@@ -229,7 +229,8 @@ impl Shape {
 
 /// One generation held to a [`Shape`]: its text so far is a prefix of a text the
 /// grammar takes. Each step: [`Constraint::prepare`] (the costly part, run for a
-/// batch's sequences in parallel), [`Constraint::mask`], then [`Constraint::advance`].
+/// batch's sequences in parallel), [`Constraint::mask_into`], then
+/// [`Constraint::advance`].
 pub struct Constraint {
     matcher: Matcher,
     /// The allowed tokens after the tokens consumed so far, once computed.
@@ -266,16 +267,33 @@ impl Constraint {
         Ok(())
     }
 
-    /// Sets every logit whose token may not come next to -inf; an error when no token
-    /// may.
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), ModelError> {
+    /// Writes `logits` to `out` (cleared first) with every logit whose token may not
+    /// come next at -inf, in one pass over the mask's 32-token words (a word of refused
+    /// tokens is filled without a look at its logits, a word of allowed ones copied);
+    /// an error when no token may.
+    pub fn mask_into(&mut self, logits: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
         self.prepare()?;
-        let mask = self.mask.as_ref().expect("prepared above");
+        let words = self.mask.as_ref().expect("prepared above").as_slice();
+        out.clear();
+        out.reserve(logits.len());
         let mut any = false;
-        for (id, logit) in logits.iter_mut().enumerate() {
-            match mask.is_allowed(id as u32) {
-                true => any |= *logit > f32::NEG_INFINITY,
-                false => *logit = f32::NEG_INFINITY,
+        for (i, chunk) in logits.chunks(32).enumerate() {
+            // Ids past the mask (none: the trie covers the logits) are refused.
+            match words.get(i).copied().unwrap_or(0) {
+                0 => out.extend(std::iter::repeat_n(f32::NEG_INFINITY, chunk.len())),
+                u32::MAX => {
+                    any |= chunk.iter().any(|&logit| logit > f32::NEG_INFINITY);
+                    out.extend_from_slice(chunk);
+                }
+                word => out.extend(chunk.iter().enumerate().map(|(bit, &logit)| {
+                    match word >> bit & 1 {
+                        1 => {
+                            any |= logit > f32::NEG_INFINITY;
+                            logit
+                        }
+                        _ => f32::NEG_INFINITY,
+                    }
+                })),
             }
         }
         match any {
