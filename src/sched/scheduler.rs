@@ -500,8 +500,10 @@ impl<'t, C> Scheduler<'t, C> {
         }
         let result = match masks.is_empty() {
             true => runner.forward_batch(&mut work),
+            // The masks one after another on one scoped thread, not rayon's pool, whose
+            // threads would contend with the forward pass's for the cores (decision 180).
             false => std::thread::scope(|scope| {
-                let masking = scope.spawn(|| masks.par_iter_mut().for_each(|d| d.prepare()));
+                let masking = scope.spawn(|| masks.iter_mut().for_each(|d| d.prepare()));
                 let result = runner.forward_batch(&mut work);
                 // A mask left unprepared (a panic there) is computed again when drawn.
                 let _ = masking.join();
