@@ -195,6 +195,31 @@ fn refusals_and_cancellations_leave_the_others_running() {
     assert!(Limits::new(16, 241).is_err() && Limits::new(16, 240).is_ok());
 }
 
+/// Each prompt's greedy generation of at most `max_tokens`, alone.
+fn alone(
+    model: &Model,
+    runner: &mut Runner,
+    prompts: &[Vec<u32>],
+    max_tokens: usize,
+) -> Vec<Generation> {
+    prompts
+        .iter()
+        .map(|p| {
+            let mut sampler = Sampler::new(greedy()).unwrap();
+            let options = options(model, max_tokens);
+            generate(
+                runner,
+                &model.tokenizer,
+                &mut sampler,
+                p,
+                &options,
+                &mut |_| true,
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
 /// A bug in one sequence's step (injected: the CPU fails every run whose tokens hold
 /// one id, which only one prompt has) fails that request alone: the batched step it
 /// was in runs again one sequence at a time, and the others end with the tokens each
@@ -211,22 +236,7 @@ fn a_bug_in_one_sequences_step_fails_that_request_alone() {
     .iter()
     .map(|text| model.tokenizer.encode_chat(text).unwrap())
     .collect();
-    let alone: Vec<Generation> = prompts
-        .iter()
-        .map(|p| {
-            let mut sampler = Sampler::new(greedy()).unwrap();
-            let options = options(&model, 12);
-            generate(
-                &mut runner,
-                &model.tokenizer,
-                &mut sampler,
-                p,
-                &options,
-                &mut |_| true,
-            )
-            .unwrap()
-        })
-        .collect();
+    let alone = alone(&model, &mut runner, &prompts, 12);
     // The poison: a token of the third prompt that no other prompt or generation holds.
     let others: Vec<u32> = (0..4)
         .filter(|&j| j != 2)
@@ -443,22 +453,7 @@ fn a_scored_prompt_rides_in_steps_and_a_second_copy_reuses_the_prefix_cache() {
         .iter()
         .map(|t| model.tokenizer.encode_chat(t).unwrap())
         .collect();
-    let alone: Vec<Generation> = streams
-        .iter()
-        .map(|p| {
-            let mut sampler = Sampler::new(greedy()).unwrap();
-            let options = options(&model, 40);
-            generate(
-                &mut runner,
-                &model.tokenizer,
-                &mut sampler,
-                p,
-                &options,
-                &mut |_| true,
-            )
-            .unwrap()
-        })
-        .collect();
+    let alone = alone(&model, &mut runner, &streams, 40);
     let request = |prompt: &[u32], max_tokens, score| Request {
         prompt: prompt.to_vec(),
         options: options(&model, max_tokens),

@@ -365,12 +365,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             vocab_size: model.config.vocab_size,
             tensors,
         },
-        backends: runner
-            .backends()
-            .iter()
-            .map(|b| b.name().to_string())
-            .collect::<Vec<_>>()
-            .join(","),
+        backends: backend_list(&runner),
         threads,
         reps: args.reps,
         results,
@@ -492,4 +487,10 @@ fn print_table(report: &Report) {
         report.env.version,
         report.env.git_commit
     );
+}
+
+/// The runner's backends by name, comma-separated, as the reports print them.
+pub(crate) fn backend_list(runner: &switchyard::step::Runner) -> String {
+    let names: Vec<&str> = runner.backends().iter().map(|b| b.name()).collect();
+    names.join(",")
 }

@@ -13,6 +13,7 @@ use switchyard::bench::llm::{bench_prompt, TG_PROMPT_TOKENS};
 use switchyard::bench::stats::MedianSummary;
 use switchyard::decode::constraint::{Grammar, TokenEnv};
 
+use crate::bench_cmd::backend_list;
 use crate::model_args::ModelArgs;
 
 /// Sequences stepped together unless `--batch` says otherwise.
@@ -78,12 +79,7 @@ pub fn run(req: &ConstrainedRequest<'_>, grammar: &Grammar) -> Result<()> {
     let report = Report {
         env,
         model: model.path.display().to_string(),
-        backends: runner
-            .backends()
-            .iter()
-            .map(|b| b.name().to_string())
-            .collect::<Vec<_>>()
-            .join(","),
+        backends: backend_list(&runner),
         vocab_size: vocab,
         steps: req.steps,
         rounds: req.rounds,
