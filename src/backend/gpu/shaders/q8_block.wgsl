@@ -19,8 +19,12 @@ fn block_abs_max(vals: ptr<function, array<f32, 32>>) -> f32 {
 
 // The largest of the `group` block maxima around thread `slot` (its group: the slots
 // `slot - slot % group` onwards). Every thread of the workgroup must call it, in
-// uniform control flow, with `group` dividing the workgroup size.
+// uniform control flow, with `group` (uniform) dividing the workgroup size; a group of
+// one block returns at once, without the barriers.
 fn group_abs_max(own: f32, slot: u32, group: u32) -> f32 {
+    if (group == 1u) {
+        return own;
+    }
     block_amax[slot] = own;
     workgroupBarrier();
     let first = slot - slot % group;
