@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::cpu::{argmax, greedy, sanitize};
 
-use super::sampler_select::{block_sums, by_logit_desc, exp_nonpositive, locate, nucleus};
+use super::sampler_select::{block_sums, by_logit_desc, locate, nucleus, sanitized_max, weigh};
 
 pub use crate::model::SamplerError;
 
@@ -276,10 +276,7 @@ impl Sampler {
     /// the order it leaves them: any order draws each token with its share of the kept
     /// weight).
     fn sample_all(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
-        let max = logits
-            .iter()
-            .map(|&l| sanitize(l))
-            .fold(f32::NEG_INFINITY, f32::max);
+        let max = sanitized_max(logits);
         if max == f32::NEG_INFINITY {
             return Err(SamplerError::NoCandidates(logits.len()));
         }
@@ -292,14 +289,7 @@ impl Sampler {
             std::mem::take(&mut self.weights),
             std::mem::take(&mut self.blocks),
         );
-        weights.clear();
-        // Divided, not multiplied by 1/T: a tiny T makes 1/T infinite and 0·inf NaN.
-        weights.extend(
-            logits
-                .iter()
-                .map(|&l| exp_nonpositive((sanitize(l) - max) / t)),
-        );
-        block_sums(&weights, &mut blocks);
+        weigh(logits, max, t, &mut weights, &mut blocks);
         let total: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
         if min_p > 0.0 {
             weights
