@@ -16,7 +16,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::cpu::{argmax, greedy, sanitize};
 
-use super::sampler_select::{block_sums, by_logit_desc, locate, nucleus, sanitized_max, weigh};
+use super::sampler_select::{by_logit_desc, locate, nucleus};
+use super::weigh::{block_sums, sanitized_max, weigh};
 
 pub use crate::model::SamplerError;
 

@@ -1,0 +1,251 @@
+//! The passes of a draw over a whole vocabulary (decisions 164, 195): the sanitized
+//! maximum, then each token's weight relative to it with the weights' sums by blocks
+//! (so that a draw by inverse CDF walks blocks before tokens), each compiled for the
+//! widest vectors the CPU allows and computing the same bits at every width.
+
+use crate::backend::cpu::sanitize;
+
+/// Defines `fn $name` to run `$body` (an `#[inline(always)]` function of the same
+/// arguments) compiled for the widest vectors that the CPU and the CPU backend's kernel
+/// set (`SWITCHYARD_ISA` caps it) allow. The bodies are plain arithmetic with no fused
+/// multiply-add, which Rust never contracts, so every width computes the same bits and
+/// a seed draws the same tokens on every host.
+macro_rules! wide {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? = $body:ident;) => {
+        $(#[$doc])*
+        pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use crate::backend::cpu::isa::{allows, Isa};
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                if allows(Isa::Avx512) && is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512 F, checked above.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if allows(Isa::Avx2) && is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2, checked above.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+/// Tokens per block of [`block_sums`].
+pub(super) const BLOCK: usize = 64;
+/// Below this exponent a weight is 0: a token e^87 times less likely than the best
+/// (f32's normal range ends at e^-87.3).
+const EXP_FLOOR: f32 = -87.0;
+
+/// `e^x` for `x ≤ 0` (−inf included), within 2.4e-7 of the exact value relative to it
+/// (about 2 ulp), and 0 below [`EXP_FLOOR`]. Branch-free (Cephes' `expf` polynomial,
+/// the power of two built in the exponent bits), so a pass over the vocabulary
+/// vectorizes where libm's `expf`, a call per token, took most of a draw.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Adding 1.5·2^23 rounds to an integer held in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let clamped = x.max(EXP_FLOOR);
+    let shifted = clamped * std::f32::consts::LOG2_E + MAGIC;
+    let n = shifted - MAGIC;
+    let r = clamped - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_2e-4_f32;
+    let p = p * r + 1.398_2e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 0.166_666_65;
+    let p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    let k = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let scaled = e * f32::from_bits(((k + 127) << 23) as u32);
+    if x < EXP_FLOOR {
+        0.0
+    } else {
+        scaled
+    }
+}
+
+/// The sums of `weights` by [`BLOCK`]s into `sums` (cleared first).
+pub(super) fn block_sums(weights: &[f32], sums: &mut Vec<f32>) {
+    sums.clear();
+    sums.extend(weights.chunks(BLOCK).map(block_sum));
+}
+
+/// Lanes of a block's sum: its tokens `i`, `i + LANES`, … add up in lane `i`, then the
+/// lanes in order, so the sum is the same at every vector width.
+const LANES: usize = 16;
+
+/// One block's sum, in [`LANES`] so that it vectorizes.
+#[inline(always)]
+fn block_sum(block: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let whole = block.chunks_exact(LANES);
+    let tail: f32 = whole.remainder().iter().sum();
+    for c in whole {
+        for l in 0..LANES {
+            lanes[l] += c[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+wide! {
+    /// The largest [`sanitize`]d logit (−inf when none is above it): in 32 lanes so
+    /// that it vectorizes, where a fold through `f32::max` is one long dependent chain
+    /// (decision 195). A maximum is the same in any order.
+    fn sanitized_max(logits: &[f32]) -> f32 = sanitized_max_body;
+}
+
+#[inline(always)]
+fn sanitized_max_body(logits: &[f32]) -> f32 {
+    // Sanitized values hold no NaN, so a comparison is the maximum.
+    let larger = |a: f32, b: f32| if b > a { b } else { a };
+    let mut lanes = [f32::NEG_INFINITY; 32];
+    let whole = logits.chunks_exact(32);
+    let tail = whole
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &l| larger(m, sanitize(l)));
+    for c in whole {
+        for l in 0..32 {
+            lanes[l] = larger(lanes[l], sanitize(c[l]));
+        }
+    }
+    lanes.into_iter().fold(tail, larger)
+}
+
+wide! {
+    /// Each token's weight `e^((l − max)/T)` relative to the best (`max`, the
+    /// [`sanitized_max`]) into `weights`, and their sums by [`BLOCK`]s into `sums`
+    /// (both cleared first), in one pass. Divided, not multiplied by 1/T: a tiny T
+    /// makes 1/T infinite and 0·inf NaN.
+    fn weigh(logits: &[f32], max: f32, t: f32, weights: &mut Vec<f32>, sums: &mut Vec<f32>) = weigh_body;
+}
+
+#[inline(always)]
+fn weigh_body(logits: &[f32], max: f32, t: f32, weights: &mut Vec<f32>, sums: &mut Vec<f32>) {
+    // x / 1 is x: the default temperature skips the division, same bits.
+    if t == 1.0 {
+        weigh_by(logits, weights, sums, |l| {
+            exp_nonpositive(sanitize(l) - max)
+        });
+    } else {
+        weigh_by(logits, weights, sums, |l| {
+            exp_nonpositive((sanitize(l) - max) / t)
+        });
+    }
+}
+
+/// [`weigh`]'s pass with the weight of a logit given.
+#[inline(always)]
+fn weigh_by(
+    logits: &[f32],
+    weights: &mut Vec<f32>,
+    sums: &mut Vec<f32>,
+    weight: impl Fn(f32) -> f32,
+) {
+    weights.clear();
+    weights.reserve(logits.len());
+    sums.clear();
+    // Each block is computed into a buffer and copied out (`Vec::extend` is a call,
+    // not compiled for the caller's vectors), its sum taken in registers on the way
+    // in the order of [`block_sum`].
+    let mut buf = [0f32; BLOCK];
+    for block in logits.chunks(BLOCK) {
+        let buf = &mut buf[..block.len()];
+        let mut lanes = [0f32; LANES];
+        let mut whole = buf.chunks_exact_mut(LANES);
+        let mut from = block.chunks_exact(LANES);
+        for (w, l) in (&mut whole).zip(&mut from) {
+            for i in 0..LANES {
+                w[i] = weight(l[i]);
+                lanes[i] += w[i];
+            }
+        }
+        let mut tail = 0f32;
+        for (w, &l) in whole.into_remainder().iter_mut().zip(from.remainder()) {
+            *w = weight(l);
+            tail += *w;
+        }
+        sums.push(lanes.iter().sum::<f32>() + tail);
+        weights.extend_from_slice(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_within_two_ulp_down_to_the_floor_and_zero_below() {
+        let mut x = 0.0f32;
+        while x > EXP_FLOOR {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_nonpositive(x));
+            assert!(
+                ((got - want) / want).abs() < 2.4e-7,
+                "e^{x}: {got} against {want}"
+            );
+            x -= 0.001_37;
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-0.0), 1.0);
+        for below in [-87.01, -100.0, f32::MIN, f32::NEG_INFINITY] {
+            assert_eq!(exp_nonpositive(below), 0.0, "{below}");
+        }
+    }
+
+    /// The vectorized passes compute, at whatever width this process's kernel set runs
+    /// (CI runs the library's tests capped at avx2 and at scalar too), the bits of the
+    /// token-by-token arithmetic: the maximum, each weight, and each block's sum in the
+    /// order of `block_sum`.
+    #[test]
+    fn the_wide_passes_match_the_token_by_token_arithmetic_bit_for_bit() {
+        let mut state = 0x00DD_BA11_5EED_1234u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            state >> 16
+        };
+        for len in [1, 15, 16, 17, 63, 64, 65, 200, 4097] {
+            let mut logits: Vec<f32> = (0..len)
+                .map(|_| (next() % 60_000) as f32 / 1000.0 - 30.0)
+                .collect();
+            if len > 3 {
+                logits[1] = f32::NAN;
+                logits[2] = f32::NEG_INFINITY;
+            }
+            let want_max = logits
+                .iter()
+                .map(|&l| sanitize(l))
+                .fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(sanitized_max(&logits).to_bits(), want_max.to_bits());
+            for t in [1.0, 0.7, 1.3, 1e-30] {
+                let (mut weights, mut sums) = (Vec::new(), Vec::new());
+                weigh(&logits, want_max, t, &mut weights, &mut sums);
+                let want: Vec<u32> = logits
+                    .iter()
+                    .map(|&l| exp_nonpositive((sanitize(l) - want_max) / t).to_bits())
+                    .collect();
+                let got: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
+                assert_eq!(got, want, "weights of {len} at T {t}");
+                let mut want_sums = Vec::new();
+                block_sums(&weights, &mut want_sums);
+                assert_eq!(sums, want_sums, "block sums of {len} at T {t}");
+            }
+        }
+        let mut none = vec![f32::NAN; 40];
+        none[7] = f32::NEG_INFINITY;
+        assert_eq!(sanitized_max(&none), f32::NEG_INFINITY);
+        assert_eq!(sanitized_max(&[f32::INFINITY, 1.0]), f32::MAX);
+    }
+}
