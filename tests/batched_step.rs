@@ -1,13 +1,17 @@
 //! Batched steps on the default model: sixteen different prompts run together, joining
 //! the batch one step after another (so prefill chunks ride with other sequences'
-//! decodes), get bit-for-bit the logits, and so the greedy tokens, they get alone.
+//! decodes), get bit-for-bit the logits, and so the greedy tokens, they get alone; steps
+//! that return only tokens pick what the sampler picks from those logits.
 
 use std::sync::Arc;
 
+use switchyard::backend::cpu::draw::draw;
 use switchyard::backend::cpu::greedy;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
+use switchyard::decode::sampler::{Sampler, SamplerConfig};
+use switchyard::decode::{generate, GenerateOptions};
 use switchyard::model::{fetch, Model};
-use switchyard::step::{Returned, Returns, Runner, Sequence, Work, PREFILL_CHUNK};
+use switchyard::step::{DrawSettings, Returned, Returns, Runner, Sequence, Work, PREFILL_CHUNK};
 
 const STEPS: usize = 20;
 
@@ -339,4 +343,129 @@ fn greedy_steps_return_the_greedy_pick_of_the_logits() {
     let alone = runner.forward_greedy(&mut a, &prompts[0]).unwrap();
     let logits = runner.forward(&mut b, &prompts[0]).unwrap();
     assert_eq!(alone, greedy(&logits).map(|t| t as u32));
+}
+
+/// Steps that draw their tokens (the graph's `Draw` after the head) pick, for each
+/// sequence, what the sampler's whole-vocabulary rule picks from the logits the same
+/// step returns when asked for them, bit for bit on the CPU; a greedy share in the same
+/// step takes the greedy pick (temperature 0), and one sequence alone draws too.
+#[test]
+fn drawn_steps_return_the_draw_of_the_logits() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut runner = runner(&model);
+    let prompts = prompts(&model);
+    let prompts = &prompts[..4];
+    let temperatures = [0.6, 1.0, 1.7, 0.0];
+    let mut state = 0x5EED_0F_D4A7u64;
+    let mut bits = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 32) as u32
+    };
+    let new_seqs = |runner: &mut Runner| -> Vec<Sequence> {
+        prompts
+            .iter()
+            .map(|_| runner.new_sequence().unwrap())
+            .collect()
+    };
+    let (mut logits_seqs, mut drawn_seqs) = (new_seqs(&mut runner), new_seqs(&mut runner));
+    let (mut weights, mut sums) = (Vec::new(), Vec::new());
+    let mut next: Vec<Vec<u32>> = prompts.to_vec();
+    for step in 0..4 {
+        let heads: Vec<Returns> = temperatures
+            .iter()
+            .map(|&t| DrawSettings::new(t, bits()).map_or(Returns::Token, Returns::Draw))
+            .collect();
+        let mut work: Vec<Work<'_>> = logits_seqs
+            .iter_mut()
+            .zip(&next)
+            .map(|(seq, tokens)| Work {
+                seq,
+                tokens,
+                returns: Returns::Logits,
+            })
+            .collect();
+        let logits = runner.forward_batch(&mut work).unwrap();
+        drop(work);
+        let mut work: Vec<Work<'_>> = drawn_seqs
+            .iter_mut()
+            .zip(&next)
+            .zip(&heads)
+            .map(|((seq, tokens), &returns)| Work {
+                seq,
+                tokens,
+                returns,
+            })
+            .collect();
+        let picked = runner.forward_batch(&mut work).unwrap();
+        drop(work);
+        for (i, ((l, t), head)) in logits.iter().zip(picked.iter()).zip(&heads).enumerate() {
+            let (Returned::Logits(l), Returned::Token(got)) = (l, t) else {
+                panic!("step {step}: logits and tokens expected")
+            };
+            let expected = match head {
+                Returns::Draw(d) => draw(l, d.temperature(), d.bits(), &mut weights, &mut sums),
+                _ => greedy(l),
+            }
+            .map(|t| t as u32);
+            assert_eq!(got, expected, "step {step}, sequence {i}");
+            next[i] = vec![expected.unwrap()];
+        }
+    }
+    let (mut a, mut b) = (
+        runner.new_sequence().unwrap(),
+        runner.new_sequence().unwrap(),
+    );
+    let settings = DrawSettings::new(0.9, 0x8000_0001).unwrap();
+    let alone = runner
+        .forward_token(&mut a, &prompts[0], Returns::Draw(settings))
+        .unwrap();
+    let logits = runner.forward(&mut b, &prompts[0]).unwrap();
+    let expected = draw(&logits, 0.9, 0x8000_0001, &mut weights, &mut sums);
+    assert_eq!(alone, expected.map(|t| t as u32));
+}
+
+/// A generation whose sampler draws over the whole vocabulary takes the same tokens
+/// whether its steps draw on the device or return logits for the sampler (asking for
+/// the best logits makes them return logits): the random bits are consumed alike.
+#[test]
+fn a_seeded_generation_draws_the_same_tokens_on_the_device_as_from_logits() {
+    let path = fetch::default_model_path(false).expect("fetching the default model");
+    let model = Model::open(&path).unwrap();
+    let mut runner = runner(&model);
+    let prompt = &prompts(&model)[2];
+    for (seed, temperature) in [(1, 1.0), (7, 0.7), (42, 1.4)] {
+        let config = SamplerConfig {
+            temperature,
+            seed,
+            ..SamplerConfig::default()
+        };
+        let run = |runner: &mut Runner, top_logits: usize| {
+            let options = GenerateOptions {
+                max_tokens: 24,
+                top_logits,
+                ..GenerateOptions::default()
+            };
+            let mut sampler = Sampler::new(config.clone()).unwrap();
+            generate(
+                runner,
+                &model.tokenizer,
+                &mut sampler,
+                prompt,
+                &options,
+                &mut |_| true,
+            )
+            .unwrap()
+            .tokens
+        };
+        let on_device = run(&mut runner, 0);
+        let from_logits = run(&mut runner, 1);
+        assert_eq!(on_device.len(), 24, "seed {seed}");
+        assert_eq!(
+            on_device, from_logits,
+            "seed {seed}, temperature {temperature}"
+        );
+    }
 }

@@ -38,7 +38,7 @@ fn step(bucket: u32) -> StepKey {
         phase: Phase::Decode,
         bucket,
         sequences: 1,
-        greedy: false,
+        pick: switchyard::cache::Pick::Logits,
         backends: fingerprint(b"cpu"),
         arm: StepArm::Baseline,
     }

@@ -10,6 +10,7 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/kernels/attention/avx512.rs",
     "src/backend/cpu/kernels/attention/mod.rs",
     "src/backend/cpu/kernels/attention/tests.rs",
+    "src/backend/cpu/kernels/draw.rs",
     "src/backend/cpu/kernels/matmul.rs",
     "src/backend/cpu/kernels/vexp.rs",
     "src/backend/cpu/packed/avx2.rs",
@@ -21,7 +22,6 @@ const UNSAFE_ALLOWED: &[&str] = &[
     "src/backend/cpu/simd/avx2.rs",
     "src/backend/cpu/simd/mod.rs",
     "src/bench/bandwidth.rs",
-    "src/decode/weigh.rs",
     "src/model/mapped.rs",
 ];
 

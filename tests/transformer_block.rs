@@ -273,7 +273,7 @@ fn run_sequence(with_sim: bool) -> (switchyard::cache::CacheStats, usize) {
             phase,
             bucket: n as u32,
             sequences: 1,
-            greedy: false,
+            pick: switchyard::cache::Pick::Logits,
             backends: set.fingerprint(),
             arm: StepArm::Baseline,
         };

@@ -192,6 +192,7 @@ impl Capability {
                     | (OpKind::Embedding, 1 | 2)
                     | (OpKind::Rope | OpKind::RopeFreqs, 2)
                     | (OpKind::Argmax, 0)
+                    | (OpKind::Draw, 0 | 2)
             );
             let accepted = self.dtypes.contains(operand.dtype)
                 || (special && self.operand_dtypes.contains(operand.dtype));

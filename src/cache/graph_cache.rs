@@ -292,7 +292,7 @@ mod tests {
     use std::convert::Infallible;
 
     use super::*;
-    use crate::cache::{fingerprint, Phase, StepArm};
+    use crate::cache::{fingerprint, Phase, Pick, StepArm};
 
     #[derive(Debug, PartialEq)]
     struct Entry {
@@ -312,7 +312,7 @@ mod tests {
             phase: Phase::Decode,
             bucket,
             sequences: 1,
-            greedy: false,
+            pick: Pick::Logits,
             backends: fingerprint(b"cpu"),
             arm: StepArm::Baseline,
         }

@@ -13,5 +13,5 @@ mod weight_store;
 pub use compile::{get_or_compile, get_or_compile_plan, CompileContext, CompileError};
 pub use graph_cache::{CacheBudget, CacheEntry, GraphCache};
 pub use stats::CacheStats;
-pub use step_key::{fingerprint, Phase, StepArm, StepKey};
+pub use step_key::{fingerprint, Phase, Pick, StepArm, StepKey};
 pub use weight_store::{SpaceStats, WeightSource, WeightStats, WeightStore};

@@ -47,13 +47,27 @@ pub struct StepKey {
     /// Sequences whose logits the step returns (its batch bucket); 1 for one sequence,
     /// 0 for a prompt chunk before the last (its graph has no output head).
     pub sequences: u32,
-    /// Whether the step returns each of those sequences' greedy token (an argmax after
-    /// the head, on the device that computed the logits) instead of its logits.
-    pub greedy: bool,
+    /// Whether the step returns those sequences' logits or a token picked from them on
+    /// the device that computed them.
+    pub pick: Pick,
     /// Fingerprint of the backend set (ids, capabilities, versions), see [`fingerprint`].
     pub backends: u64,
     /// The plan the executor runs.
     pub arm: StepArm,
+}
+
+/// What a step's head ends with: its logits rows come back, or only a token picked
+/// from each on the device that computed them (4 bytes a row instead of the
+/// vocabulary's scores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Pick {
+    /// No pick: the logits come back.
+    Logits,
+    /// Greedy decoding's token (the graph's `Argmax`).
+    Greedy,
+    /// A token drawn at each row's temperature, or greedy where it is 0 (the graph's
+    /// `Draw`).
+    Draw,
 }
 
 /// A 64-bit fingerprint (XXH3) of `bytes`, for the fields of a [`StepKey`].
@@ -78,7 +92,7 @@ mod tests {
             phase: Phase::Decode,
             bucket: 1,
             sequences: 1,
-            greedy: false,
+            pick: Pick::Logits,
             backends: fingerprint(b"cpu"),
             arm: StepArm::Baseline,
         };
@@ -87,10 +101,8 @@ mod tests {
             ..decode
         };
         assert_ne!(decode, prefill);
-        let greedy = StepKey {
-            greedy: true,
-            ..decode
-        };
-        assert_ne!(decode, greedy);
+        for pick in [Pick::Greedy, Pick::Draw] {
+            assert_ne!(decode, StepKey { pick, ..decode });
+        }
     }
 }

@@ -10,7 +10,7 @@ use super::constraint::{Constraint, Shape};
 use super::sampler::{History, Sampler, SamplerError};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::ModelError;
-use crate::step::{Returned, Runner, Sequence};
+use crate::step::{DrawSettings, Returned, Returns, Runner, Sequence};
 
 /// What to generate and when to stop.
 #[derive(Clone, Debug, Default)]
@@ -173,19 +173,20 @@ pub fn generate_after(
         )));
     }
     let mut decoding = Decoding::new(tokenizer, prompt, options.clone(), seq.context())?;
-    // Greedy decoding with nothing read from the logits takes only the token from each
-    // step (an argmax where the logits were computed: decision 147).
-    let greedy = decoding.greedy_only(sampler);
-    let mut next = Next::forward(runner, seq, &prompt[seq.len()..], greedy)?;
+    // A decoding with nothing read from the logits but the token takes only the token
+    // from each step, picked where the logits were computed (decisions 147, 196).
+    let head = decoding.head(sampler);
+    let mut next = Next::forward(runner, seq, &prompt[seq.len()..], head)?;
     let mut on_piece = |text: &str, _: &[TokenLogprobs]| on_text(text);
     while let Some(token) = decoding.accept(next.returned(), sampler, &mut on_piece)? {
+        let head = decoding.head(sampler);
         next = match decoding.constrained() {
-            false => Next::forward(runner, seq, &[token], greedy)?,
+            false => Next::forward(runner, seq, &[token], head)?,
             // The next mask depends only on the tokens taken: it is computed beside the
             // forward pass (decision 157).
             true => std::thread::scope(|scope| {
                 let masking = scope.spawn(|| decoding.prepare());
-                let next = Next::forward(runner, seq, &[token], greedy);
+                let next = Next::forward(runner, seq, &[token], head);
                 // A mask left unprepared (a panic there) is computed again when drawn.
                 let _ = masking.join();
                 next
@@ -202,16 +203,19 @@ enum Next {
 }
 
 impl Next {
-    /// Evaluates `tokens` after what `seq` holds; only the greedy token when `greedy`.
+    /// Evaluates `tokens` after what `seq` holds; only the token picked there when
+    /// `head` asks for one.
     fn forward(
         runner: &mut Runner,
         seq: &mut Sequence,
         tokens: &[u32],
-        greedy: bool,
+        head: Returns,
     ) -> Result<Next, ModelError> {
-        Ok(match greedy {
-            true => Next::Token(runner.forward_greedy(seq, tokens)?),
-            false => Next::Logits(runner.forward(seq, tokens)?),
+        Ok(match head {
+            Returns::Token | Returns::Draw(_) => {
+                Next::Token(runner.forward_token(seq, tokens, head)?)
+            }
+            _ => Next::Logits(runner.forward(seq, tokens)?),
         })
     }
 
@@ -314,13 +318,30 @@ impl<'t> Decoding<'t> {
         self.constraint.is_some()
     }
 
-    /// Whether the next pick needs nothing but greedy decoding's token (a greedy
-    /// `sampler`; no constraint, forced tokens, top logits or log-probabilities), so a
-    /// step may return the token instead of the logits.
-    pub fn greedy_only(&self, sampler: &Sampler) -> bool {
+    /// What the next step should return for this decoding: only the token, picked where
+    /// the logits are computed, when nothing else is read from them (no constraint,
+    /// forced tokens, top logits or log-probabilities) and `sampler` picks greedily
+    /// ([`Returns::Token`], decision 147) or by a plain draw ([`Returns::Draw`] with
+    /// the random bits it will use, decision 196); else the logits.
+    pub fn head(&self, sampler: &mut Sampler) -> Returns {
+        if !self.token_only() {
+            return Returns::Logits;
+        }
+        if sampler.is_greedy() {
+            return Returns::Token;
+        }
+        match sampler.device_draw() {
+            Some(t) => {
+                DrawSettings::new(t, sampler.device_bits()).map_or(Returns::Logits, Returns::Draw)
+            }
+            None => Returns::Logits,
+        }
+    }
+
+    /// Whether the next pick reads nothing of the logits but the token.
+    fn token_only(&self) -> bool {
         let o = &self.options;
-        sampler.is_greedy()
-            && self.constraint.is_none()
+        self.constraint.is_none()
             && o.force_tokens.is_empty()
             && o.top_logits == 0
             && o.logprobs.is_none()
@@ -347,10 +368,14 @@ impl<'t> Decoding<'t> {
         let logits = match returned {
             Returned::Logits(logits) => logits,
             Returned::Token(token) => {
-                if !self.greedy_only(sampler) {
+                let picked_there = sampler.is_greedy() || sampler.device_draw().is_some();
+                if !self.token_only() || !picked_there {
                     return Err(ModelError::internal(
                         "a step returned a token to a decoding that needs its logits",
                     ));
+                }
+                if !sampler.is_greedy() {
+                    sampler.took_device_pick();
                 }
                 return self.take(token.ok_or(SamplerError::NoPick)?, &[], None, on_piece);
             }

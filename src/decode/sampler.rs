@@ -11,13 +11,14 @@
 //! can never be chosen) and +inf as the largest finite value. Only when no token has a
 //! finite logit does sampling fail.
 
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::cpu::{argmax, greedy, sanitize};
 
-use super::sampler_select::{by_logit_desc, locate, nucleus};
-use super::weigh::{block_sums, sanitized_max, weigh};
+use crate::backend::cpu::draw::{block_sums, draw, locate, sanitized_max, unit, weigh};
+
+use super::sampler_select::{by_logit_desc, nucleus};
 
 pub use crate::model::SamplerError;
 
@@ -112,6 +113,9 @@ pub struct Sampler {
     blocks: Vec<f32>,
     /// The last top-p draw's candidates, kept to reuse their allocation.
     cands: Vec<(u32, f32)>,
+    /// The random bits of the next whole-vocabulary draw, once asked for by a step that
+    /// picks on its device ([`Sampler::device_draw`]), until a pick takes them.
+    pending: Option<u32>,
 }
 
 impl Sampler {
@@ -178,6 +182,7 @@ impl Sampler {
             weights: Vec::new(),
             blocks: Vec::new(),
             cands: Vec::new(),
+            pending: None,
         })
     }
 
@@ -277,15 +282,22 @@ impl Sampler {
     /// the order it leaves them: any order draws each token with its share of the kept
     /// weight).
     fn sample_all(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
-        let max = sanitized_max(logits);
-        if max == f32::NEG_INFINITY {
-            return Err(SamplerError::NoCandidates(logits.len()));
-        }
         let (t, min_p, top_p) = (
             self.config.temperature,
             self.config.min_p,
             self.config.top_p,
         );
+        if min_p == 0.0 && top_p >= 1.0 {
+            // The plain draw, as a step's `Draw` picks on a device.
+            let bits = self.take_bits();
+            return draw(logits, t, bits, &mut self.weights, &mut self.blocks)
+                .map(|id| id as u32)
+                .ok_or(SamplerError::NoCandidates(logits.len()));
+        }
+        let max = sanitized_max(logits);
+        if max == f32::NEG_INFINITY {
+            return Err(SamplerError::NoCandidates(logits.len()));
+        }
         let (mut weights, mut blocks) = (
             std::mem::take(&mut self.weights),
             std::mem::take(&mut self.blocks),
@@ -316,7 +328,7 @@ impl Sampler {
             id
         } else {
             let kept: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
-            let r = self.rng.gen::<f64>() * kept;
+            let r = unit(self.take_bits()) * kept;
             locate(&weights, &blocks, r) as u32
         };
         (self.weights, self.blocks) = (weights, blocks);
@@ -340,7 +352,38 @@ impl Sampler {
         last
     }
 
-    /// Whether any bias or penalty can change a logit.
+    /// The random bits of the next whole-vocabulary draw: those a step asked for
+    /// ([`Sampler::device_bits`]) and has not yet returned a pick for, else fresh ones.
+    fn take_bits(&mut self) -> u32 {
+        self.pending.take().unwrap_or_else(|| self.rng.next_u32())
+    }
+
+    /// The temperature of a pick a device makes from the logits it computed (the
+    /// graph's `Draw`, [`draw`]'s rule): `Some` for a plain draw over the whole
+    /// vocabulary (temperature above 0, no top-k, top-p, min-p, bias or penalty),
+    /// the server's default. Greedy decoding is [`Sampler::is_greedy`]'s.
+    pub fn device_draw(&self) -> Option<f32> {
+        let c = &self.config;
+        let plain = c.temperature > 0.0
+            && c.top_k == 0
+            && c.top_p >= 1.0
+            && c.min_p == 0.0
+            && !self.adjusts();
+        plain.then_some(c.temperature)
+    }
+
+    /// The random bits the next pick draws with, for a step that picks on its device:
+    /// drawn once and kept until [`Sampler::took_device_pick`] (or a pick here) uses
+    /// them, so the stream is consumed alike wherever the pick is made.
+    pub fn device_bits(&mut self) -> u32 {
+        *self.pending.get_or_insert_with(|| self.rng.next_u32())
+    }
+
+    /// A device's pick used the bits [`Sampler::device_bits`] gave.
+    pub fn took_device_pick(&mut self) {
+        self.take_bits();
+    }
+
     /// Whether every pick is plain greedy decoding (temperature 0 or top-k 1, nothing
     /// adjusting the logits): [`crate::backend::cpu::greedy`]'s rule, which a device's
     /// argmax after the head computes the same, so the logits need not come back.
@@ -349,6 +392,7 @@ impl Sampler {
         (c.temperature == 0.0 || c.top_k == 1) && !self.adjusts()
     }
 
+    /// Whether any bias or penalty can change a logit.
     fn adjusts(&self) -> bool {
         let c = &self.config;
         (c.repetition_penalty != 1.0 && c.repeat_last_n != 0)

@@ -1,46 +1,8 @@
-//! Choosing from a whole vocabulary's weights without sorting it (decision 164): a
-//! draw by inverse CDF that walks [`super::weigh`]'s blocks before tokens, and the
-//! top-p nucleus found by selection on mass instead of a sort.
-
-use super::weigh::BLOCK;
+//! The top-p nucleus of a whole-vocabulary draw found by selection on mass instead of
+//! a sort (decision 164).
 
 /// Candidates [`nucleus`] sorts rather than splitting further.
 const NUCLEUS_SORT: usize = 64;
-
-/// The token at `r` (in `[0, Σ sums)`) of the cumulative `weights` whose block sums
-/// are `sums`: the block whose span holds `r`, then the token within it. Where the
-/// sums' rounding puts `r` past every span, the last token of weight is taken.
-pub(super) fn locate(weights: &[f32], sums: &[f32], mut r: f64) -> usize {
-    let mut last = 0;
-    for (b, &s) in sums.iter().enumerate() {
-        let s = f64::from(s);
-        if r < s {
-            return within(weights, b, r);
-        }
-        r -= s;
-        if s > 0.0 {
-            last = b;
-        }
-    }
-    within(weights, last, f64::INFINITY)
-}
-
-/// The token of block `b` at `r` into the block's weight; its last token of weight
-/// where `r` reaches past them.
-fn within(weights: &[f32], b: usize, mut r: f64) -> usize {
-    let start = b * BLOCK;
-    let block = &weights[start..weights.len().min(start + BLOCK)];
-    let mut last = 0;
-    for (i, &w) in block.iter().enumerate().filter(|&(_, &w)| w > 0.0) {
-        let w = f64::from(w);
-        if r < w {
-            return start + i;
-        }
-        r -= w;
-        last = i;
-    }
-    start + last
-}
 
 /// Orders candidates by logit, highest first; equal logits by lowest id.
 pub(super) fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
@@ -84,35 +46,6 @@ pub(super) fn nucleus(cands: &mut [(u32, f32)], weights: &[f32], target: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::weigh::block_sums;
-
-    #[test]
-    fn a_point_is_located_in_the_span_of_its_token() {
-        // Blocks of zeros, a partial last block, and tokens of weight 0 inside blocks.
-        let weights: Vec<f32> = (0..300)
-            .map(|i| {
-                if i % 7 == 0 || (64..128).contains(&i) {
-                    0.0
-                } else {
-                    (i % 5) as f32 + 0.5
-                }
-            })
-            .collect();
-        let mut sums = Vec::new();
-        block_sums(&weights, &mut sums);
-        assert_eq!(sums.len(), 5);
-        assert_eq!(sums[1], 0.0);
-        let mut start = 0.0f64;
-        for (i, &w) in weights.iter().enumerate() {
-            if w > 0.0 {
-                // The middle of each token's span is that token.
-                assert_eq!(locate(&weights, &sums, start + f64::from(w) / 2.0), i);
-                start += f64::from(w);
-            }
-        }
-        // Past the end: the last token of weight.
-        assert_eq!(locate(&weights, &sums, start * 2.0), 299);
-    }
 
     /// A xorshift64 generator started at `state`.
     fn xorshift(mut state: u64) -> impl FnMut() -> u64 {

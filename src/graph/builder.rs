@@ -450,6 +450,31 @@ impl GraphBuilder {
         self.push(Op::Argmax, vec![x], rows, DType::I32)
     }
 
+    /// Each row's sampled pick (see [`Op::Draw`]): `x [n, V]`, `params [n, 2] i32` →
+    /// `[n] i32`.
+    pub fn draw(&mut self, x: ValueId, params: ValueId) -> Built {
+        let n = self.float_operand(OpKind::Draw, 0, x)?.clone();
+        let dims = n.shape.dims();
+        if dims.len() != 2 || dims[1] == 0 {
+            return Err(shape_error(
+                OpKind::Draw,
+                format!("x {} must be [n, V] with V > 0", n.shape),
+            ));
+        }
+        let p = self.node(params)?;
+        if p.dtype != DType::I32 {
+            return Err(dtype_error(OpKind::Draw, 1, p.dtype, "i32"));
+        }
+        if p.shape.dims() != [dims[0], 2] {
+            return Err(shape_error(
+                OpKind::Draw,
+                format!("params {} must be [{}, 2]", p.shape, dims[0]),
+            ));
+        }
+        let rows = Shape::new(vec![dims[0]]);
+        self.push(Op::Draw, vec![x, params], rows, DType::I32)
+    }
+
     /// `x` converted to `dtype` (any activation dtype).
     pub fn cast(&mut self, x: ValueId, dtype: DType) -> Built {
         let n = self.node(x)?.clone();

@@ -216,7 +216,8 @@ fn write_attributes(op: &Op, w: &mut CanonicalWriter) {
         | Op::Reshape
         | Op::Cast
         | Op::Transfer
-        | Op::Argmax => {}
+        | Op::Argmax
+        | Op::Draw => {}
     }
 }
 

@@ -143,6 +143,13 @@ pub enum Op {
     /// Appended after the head when only the token is needed, so the device that
     /// computed the logits returns 4 bytes a row instead of the vocabulary's scores.
     Argmax,
+    /// A sampled pick per row: `x [n, V]` and `params [n, 2] i32` (each row's
+    /// temperature as f32 bits, then 32 random bits) → `[n] i32`: the token at the
+    /// uniform point `bits / 2^32` of the row's weights `e^((l − max)/T)` by inverse CDF
+    /// (`crate::backend::cpu::draw::draw`), or the [`Op::Argmax`] pick where the
+    /// temperature is 0; -1 where every value is -inf or NaN. Appended after the head
+    /// in place of `Argmax` when some sequence samples on the device.
+    Draw,
 }
 
 /// The kind of an operation without attributes: what capabilities are declared over.
@@ -175,11 +182,13 @@ pub enum OpKind {
     SoftCap,
     GeluErf,
     Argmax,
+    /// A sampled pick per row.
+    Draw,
 }
 
 impl OpKind {
     /// Every kind, in tag order.
-    pub const ALL: [OpKind; 25] = [
+    pub const ALL: [OpKind; 26] = [
         OpKind::Input,
         OpKind::Weight,
         OpKind::Embedding,
@@ -205,6 +214,7 @@ impl OpKind {
         OpKind::SoftCap,
         OpKind::GeluErf,
         OpKind::Argmax,
+        OpKind::Draw,
     ];
 
     /// Lower-case name used in plans and error messages.
@@ -235,6 +245,7 @@ impl OpKind {
             OpKind::SoftCap => "softcap",
             OpKind::GeluErf => "gelu_erf",
             OpKind::Argmax => "argmax",
+            OpKind::Draw => "draw",
         }
     }
 
@@ -279,6 +290,7 @@ impl Op {
             Op::Cast => OpKind::Cast,
             Op::Transfer => OpKind::Transfer,
             Op::Argmax => OpKind::Argmax,
+            Op::Draw => OpKind::Draw,
         }
     }
 

@@ -203,11 +203,8 @@ struct Slot<'t, C> {
 impl<C> Slot<'_, C> {
     /// What its share of the next step evaluates, given `budget` prompt tokens left
     /// (taken from it), and what the step returns for it.
-    fn share(&self, budget: &mut usize) -> (Vec<u32>, Returns) {
-        let head = match self.decoding.greedy_only(&self.sampler) {
-            true => Returns::Token,
-            false => Returns::Logits,
-        };
+    fn share(&mut self, budget: &mut usize) -> (Vec<u32>, Returns) {
+        let head = self.decoding.head(&mut self.sampler);
         if let Some(token) = self.next {
             return (vec![token], head);
         }
@@ -467,8 +464,11 @@ impl<'t, C> Scheduler<'t, C> {
         let decodes = self.slots.iter().filter(|s| s.next.is_some()).count();
         let mut budget = self.limits.prompt_budget(decodes);
         // Per slot, the tokens it evaluates this step (empty: waits) and what it gets.
-        let plan: Vec<(Vec<u32>, Returns)> =
-            self.slots.iter().map(|s| s.share(&mut budget)).collect();
+        let plan: Vec<(Vec<u32>, Returns)> = self
+            .slots
+            .iter_mut()
+            .map(|s| s.share(&mut budget))
+            .collect();
         let mut report = StepReport::default();
         let mut work: Vec<Work<'_>> = Vec::new();
         let mut stepped = Vec::new();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::{BackendId, BackendSet, StepState, Tensor};
-use crate::cache::{CompileError, Phase};
+use crate::cache::{CompileError, Phase, Pick};
 use crate::coexec::{
     calibrate, split_graph, split_key, Calibration, Clock, HardwareFingerprint, MemoryPressure,
     SplitKey, SplitRule,
@@ -57,7 +57,7 @@ pub(super) fn offered(
     target: &Target,
     split_pays: bool,
 ) -> Result<(Vec<Arm>, MemoryPressure), StepError> {
-    let graph = target.graph(bucket, 1, false)?;
+    let graph = target.graph(bucket, 1, Pick::Logits)?;
     let backends = target.backends();
     let baseline =
         partition(&graph, &backends.capabilities(), target.policy()).map_err(CompileError::from)?;

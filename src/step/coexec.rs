@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backend::{BackendId, BackendSet};
-use crate::cache::Phase;
+use crate::cache::{Phase, Pick};
 use crate::coexec::{
     Calibration, CalibrationTable, Clock, Gate, GateConfig, GateReport, HardwareFingerprint,
     LoadStatus, SplitKey,
@@ -173,7 +173,7 @@ impl Coexec {
         if self.fixed_rho.is_some() || (!force && self.calibrated.contains(&(bucket as u32))) {
             return Ok(());
         }
-        let graph = target.graph(bucket, 1, false)?;
+        let graph = target.graph(bucket, 1, Pick::Logits)?;
         let Some(rule) = arms::rule(target.backends(), pair) else {
             return Ok(());
         };

@@ -21,7 +21,7 @@ pub use error::StepError;
 pub use failover::Failover;
 pub use logits::BatchLogits;
 pub use model::{inputs, KvShape, StepModel};
-pub use returns::{Returned, Returns, StepOutput};
+pub use returns::{DrawSettings, Returned, Returns, StepOutput};
 pub use runner::{
     step_bucket, PhaseStats, Placed, Runner, Sequence, Work, MAX_STEP_TOKENS, PREFILL_CHUNK,
 };

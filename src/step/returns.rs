@@ -1,11 +1,13 @@
-//! What a step returns for a sequence: nothing, the logits of its last token, only
-//! greedy decoding's pick from them, computed where the logits were (decision 147), or
-//! the logits of every token it evaluates (a scored prompt's chunk).
+//! What a step returns for a sequence: nothing, the logits of its last token, only a
+//! token picked from them where they were computed (greedy, decision 147, or drawn at a
+//! temperature, decision 196), or the logits of every token it evaluates (a scored
+//! prompt's chunk).
 
 use crate::backend::{Tensor, TensorData};
+use crate::cache::Pick;
 use crate::graph::{DType, Graph, GraphBuilder, GraphError};
 
-use super::{BatchLogits, StepError};
+use super::{inputs, BatchLogits, StepError};
 
 /// What one sequence's share of a step asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +22,10 @@ pub enum Returns {
     /// vocabulary's scores. The pick is the sampler's greedy rule
     /// ([`crate::backend::cpu::greedy`]).
     Token,
+    /// Only a token drawn from its last position's logits at a temperature on the
+    /// device that computed them (the graph's `Draw`, the sampler's whole-vocabulary
+    /// rule), reading back 4 bytes as [`Returns::Token`] does.
+    Draw(DrawSettings),
     /// The logits of every token it evaluates, in order (row `i` is the distribution of
     /// the token after `tokens[i]`): a scored prompt's chunk, at most
     /// [`super::PREFILL_CHUNK`] tokens.
@@ -36,19 +42,54 @@ impl Returns {
     pub fn rows(self, tokens: usize) -> usize {
         match self {
             Returns::Nothing => 0,
-            Returns::Logits | Returns::Token => 1,
+            Returns::Logits | Returns::Token | Returns::Draw(_) => 1,
             Returns::Every => tokens,
         }
     }
 }
 
+/// What a device draw picks with: a temperature above 0 and the 32 random bits the
+/// sequence's sampler gave for this pick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrawSettings {
+    temperature: u32,
+    bits: u32,
+}
+
+impl DrawSettings {
+    /// The settings of a draw at `temperature` with random `bits`; `None` unless the
+    /// temperature is finite and above 0 (0 is [`Returns::Token`]).
+    pub fn new(temperature: f32, bits: u32) -> Option<DrawSettings> {
+        (temperature.is_finite() && temperature > 0.0).then_some(DrawSettings {
+            temperature: temperature.to_bits(),
+            bits,
+        })
+    }
+
+    /// The temperature.
+    pub fn temperature(self) -> f32 {
+        f32::from_bits(self.temperature)
+    }
+
+    /// The random bits.
+    pub fn bits(self) -> u32 {
+        self.bits
+    }
+
+    /// Its row of the step's `draw` input: the temperature's bits, then the random bits.
+    pub(super) fn row(self) -> [i32; 2] {
+        [self.temperature as i32, self.bits as i32]
+    }
+}
+
 /// What a batched step returned for the sequences that asked, in order: their logits,
-/// or their greedy tokens when every one of them asked only for that.
+/// or their tokens when every one of them asked only for a token.
 #[derive(Debug)]
 pub enum StepOutput {
     /// Logits rows (a sequence that asked for its token picks it from its row).
     Logits(BatchLogits),
-    /// Greedy tokens; `None` where every logit was -inf or NaN.
+    /// Tokens picked on the device (greedy or drawn); `None` where every logit was
+    /// -inf or NaN.
     Tokens(Vec<Option<u32>>),
 }
 
@@ -57,7 +98,8 @@ pub enum StepOutput {
 pub enum Returned<'a> {
     /// Its logits.
     Logits(&'a [f32]),
-    /// Its greedy token; `None` where every logit was -inf or NaN.
+    /// Its token, picked where the logits were computed; `None` where every logit was
+    /// -inf or NaN.
     Token(Option<u32>),
 }
 
@@ -125,14 +167,26 @@ fn picks(output: Tensor, rows: usize) -> Result<Vec<Option<u32>>, StepError> {
         .collect())
 }
 
-/// `graph` (a step whose one output is `[n, vocab]` logits) with an argmax after its
-/// head, so its one output is each row's greedy token, `[n] i32`.
-pub(super) fn with_argmax(graph: Graph) -> Result<Graph, GraphError> {
+/// `graph` (a step whose one output is `[n, vocab]` logits) with `pick` after its
+/// head, so its one output is each row's token, `[n] i32`: greedy decoding's
+/// (`Argmax`), or drawn at each row of an `[n, 2] i32` input named
+/// [`inputs::DRAW`] (`Draw`); unchanged for [`Pick::Logits`].
+pub(super) fn with_pick(graph: Graph, pick: Pick) -> Result<Graph, GraphError> {
+    if pick == Pick::Logits {
+        return Ok(graph);
+    }
     let (mut b, outputs) = GraphBuilder::extend(graph);
-    let picks = outputs
-        .iter()
-        .map(|&logits| b.argmax(logits))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut picks = Vec::with_capacity(outputs.len());
+    for &logits in &outputs {
+        picks.push(match pick {
+            Pick::Draw => {
+                let rows = b.node(logits)?.shape.dims()[0];
+                let params = b.input(inputs::DRAW, DType::I32, [rows, 2])?;
+                b.draw(logits, params)?
+            }
+            _ => b.argmax(logits)?,
+        });
+    }
     b.finish(picks)
 }
 

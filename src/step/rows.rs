@@ -1,12 +1,12 @@
 //! How a step's sequences become its rows: the one builder of a step's inputs (token ids,
-//! positions, logits rows, KV segments), its key's shape (phase, padded rows, logits
-//! rows, greedy) and the reading of what it returns, for every step the runner takes —
+//! positions, logits rows, draw settings, KV segments), its key's shape (phase, padded
+//! rows, logits rows, pick) and the reading of what it returns, for every step the runner takes —
 //! one sequence's prompt chunk or decode, a scored chunk, or a batch of several.
 
 use std::ops::Range;
 
 use crate::backend::{KvCache, Segment, StepState, Tensor};
-use crate::cache::Phase;
+use crate::cache::{Phase, Pick};
 
 use super::returns::{Returns, StepOutput};
 use super::{inputs, step_bucket, BatchLogits, StepError, MAX_STEP_TOKENS, PREFILL_CHUNK};
@@ -21,7 +21,7 @@ pub(super) struct StepInputs {
     bucket: usize,
     logits: usize,
     wanted: usize,
-    greedy: bool,
+    pick: Pick,
     gated: bool,
     segments: Vec<(Range<usize>, usize)>,
     tensors: Vec<(&'static str, Tensor)>,
@@ -77,6 +77,24 @@ impl StepInputs {
             tensors.push((inputs::LOGITS_ROW, Tensor::from_i32([logits], &rows)?));
         }
         let heads = || shares.iter().map(|s| s.2).filter(|w| w.rows(1) > 0);
+        // Tokens come back only when no sequence needs its logits; drawn when one draws
+        // (a greedy row draws at temperature 0, which is the greedy pick).
+        let token = |w: Returns| matches!(w, Returns::Token | Returns::Draw(_));
+        let pick = match (wanted > 0 && heads().all(token), draws(heads())) {
+            (false, _) => Pick::Logits,
+            (true, false) => Pick::Greedy,
+            (true, true) => Pick::Draw,
+        };
+        if pick == Pick::Draw {
+            let mut params: Vec<i32> = heads()
+                .flat_map(|w| match w {
+                    Returns::Draw(d) => d.row(),
+                    _ => [0, 0],
+                })
+                .collect();
+            params.resize(2 * logits, 0);
+            tensors.push((inputs::DRAW, Tensor::from_i32([logits, 2], &params)?));
+        }
         Ok(StepInputs {
             phase: match shares.iter().all(|(_, tokens, _)| tokens.len() == 1) {
                 true => Phase::Decode,
@@ -85,8 +103,7 @@ impl StepInputs {
             bucket,
             logits,
             wanted,
-            // Tokens come back only when no sequence needs its logits.
-            greedy: wanted > 0 && heads().all(|w| w == Returns::Token),
+            pick,
             gated: lone && shares[0].2 != Returns::Every,
             segments,
             tensors,
@@ -108,9 +125,9 @@ impl StepInputs {
         self.logits
     }
 
-    /// Whether the step ends with an argmax and returns tokens instead of logits.
-    pub(super) fn greedy(&self) -> bool {
-        self.greedy
+    /// Whether the step returns logits, or tokens picked from them on the device.
+    pub(super) fn pick(&self) -> Pick {
+        self.pick
     }
 
     /// Whether its bucket's co-execution gate chooses and times its plan: a lone
@@ -164,16 +181,24 @@ impl StepInputs {
             .into_iter()
             .next()
             .ok_or_else(|| StepError::internal("a step returned no logits"))?;
-        match self.greedy {
-            true => StepOutput::from_picks(output, self.wanted),
-            false => BatchLogits::from_output(output, vocab, self.wanted).map(StepOutput::Logits),
+        match self.pick {
+            Pick::Greedy | Pick::Draw => StepOutput::from_picks(output, self.wanted),
+            Pick::Logits => {
+                BatchLogits::from_output(output, vocab, self.wanted).map(StepOutput::Logits)
+            }
         }
     }
+}
+
+/// Whether any of the heads is drawn.
+fn draws(mut heads: impl Iterator<Item = Returns>) -> bool {
+    heads.any(|w| matches!(w, Returns::Draw(_)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step::DrawSettings;
 
     fn i32s(inputs: &StepInputs, name: &str) -> Vec<i32> {
         let (_, tensor) = inputs.tensors().iter().find(|(n, _)| *n == name).unwrap();
@@ -188,7 +213,7 @@ mod tests {
             (step.phase(), step.bucket(), step.logits()),
             (Phase::Prefill, 32, 1)
         );
-        assert!(step.greedy() && step.gated());
+        assert!(step.pick() == Pick::Greedy && step.gated());
         assert_eq!(i32s(&step, inputs::LOGITS_ROW), [19]);
         let positions = i32s(&step, inputs::POSITIONS);
         assert_eq!((positions[0], positions[19], positions[20]), (5, 24, 0));
@@ -202,7 +227,7 @@ mod tests {
         let chunk = [1, 2, 3];
         let step = StepInputs::new(&[(0, &chunk[..], Returns::Every)]).unwrap();
         assert_eq!((step.bucket(), step.logits()), (4, 4));
-        assert!(!step.greedy() && !step.gated());
+        assert!(step.pick() == Pick::Logits && !step.gated());
         assert_eq!(i32s(&step, inputs::LOGITS_ROW), [0, 1, 2, 0]);
     }
 
@@ -219,12 +244,43 @@ mod tests {
             (step.phase(), step.bucket(), step.logits()),
             (Phase::Prefill, 16, 2)
         );
-        assert!(!step.greedy() && !step.gated());
+        assert!(step.pick() == Pick::Logits && !step.gated());
         assert_eq!(i32s(&step, inputs::LOGITS_ROW), [0, 1]);
         assert_eq!(&i32s(&step, inputs::POSITIONS)[..3], [4, 9, 0]);
         let decode = StepInputs::new(&shares[..1].repeat(3)).unwrap();
         assert_eq!((decode.phase(), decode.bucket()), (Phase::Decode, 4));
-        assert!(decode.greedy());
+        assert_eq!(decode.pick(), Pick::Greedy);
+    }
+
+    #[test]
+    fn a_batch_with_a_draw_draws_every_row_and_greedy_ones_at_temperature_zero() {
+        let (a, b, c) = ([1], [2], [3]);
+        let draw = DrawSettings::new(0.7, 0xDEAD_BEEF).unwrap();
+        let shares = [
+            (4, &a[..], Returns::Draw(draw)),
+            (9, &b[..], Returns::Token),
+            (2, &c[..], Returns::Nothing),
+        ];
+        let step = StepInputs::new(&shares).unwrap();
+        assert_eq!(step.pick(), Pick::Draw);
+        let params = i32s(&step, inputs::DRAW);
+        // Two logits rows padded to the step's bucket of sequences, each its settings.
+        assert_eq!(params.len(), 2 * step.logits());
+        assert_eq!(
+            params[..4],
+            [0.7f32.to_bits() as i32, 0xDEAD_BEEFu32 as i32, 0, 0]
+        );
+        assert!(params[4..].iter().all(|&p| p == 0));
+        // Without a draw, no settings; with a sequence reading logits, no pick.
+        let greedy = StepInputs::new(&shares[1..]).unwrap();
+        assert_eq!(greedy.pick(), Pick::Greedy);
+        assert!(greedy.tensors().iter().all(|(n, _)| *n != inputs::DRAW));
+        let mixed = [
+            (4, &a[..], Returns::Draw(draw)),
+            (9, &b[..], Returns::Logits),
+        ];
+        assert_eq!(StepInputs::new(&mixed).unwrap().pick(), Pick::Logits);
+        assert!(DrawSettings::new(0.0, 1).is_none() && DrawSettings::new(f32::NAN, 1).is_none());
     }
 
     #[test]

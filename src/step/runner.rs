@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::backend::{BackendSet, KvCache, KvDType, KvLayout};
 use crate::cache::{
-    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, StepArm,
+    get_or_compile_plan, CacheBudget, CacheStats, CompileContext, GraphCache, Phase, Pick, StepArm,
     StepKey,
 };
 use crate::coexec::{CalibrationTable, Clock, SplitKey, SystemClock};
@@ -282,11 +282,26 @@ impl Runner {
         seq: &mut Sequence,
         tokens: &[u32],
     ) -> Result<Option<u32>, StepError> {
-        match self.forward_chunks(seq, tokens, Returns::Token)? {
+        self.forward_token(seq, tokens, Returns::Token)
+    }
+
+    /// [`Runner::forward`] returning only the token `head` ([`Returns::Token`] or
+    /// [`Returns::Draw`]) picks from the last token's logits, made where they were
+    /// computed; `None` when every logit was -inf or NaN.
+    pub fn forward_token(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        head: Returns,
+    ) -> Result<Option<u32>, StepError> {
+        if !matches!(head, Returns::Token | Returns::Draw(_)) {
+            return Err(StepError::internal("a token step asked for no token"));
+        }
+        match self.forward_chunks(seq, tokens, head)? {
             StepOutput::Tokens(tokens) => tokens.first().copied(),
             StepOutput::Logits(_) => None,
         }
-        .ok_or_else(|| StepError::internal("a greedy step returned no token"))
+        .ok_or_else(|| StepError::internal("a token step returned no token"))
     }
 
     /// Evaluates `tokens` after what `seq` holds in chunks; the last chunk returns what
@@ -424,7 +439,7 @@ impl Runner {
             true => self.coexec.choose_arm(phase, bucket as u32, &self.target)?,
             false => (self.batch_arm(), None),
         };
-        let executor = self.executor(phase, bucket, step.logits(), step.greedy(), arm)?;
+        let executor = self.executor(phase, bucket, step.logits(), step.pick(), arm)?;
         let mut state = step.state(shares.iter_mut().map(|s| &mut s.seq.kv))?;
         let started = self.coexec.now();
         let outputs = executor.run(step.tensors(), &mut state)?;
@@ -528,13 +543,13 @@ impl Runner {
     }
 
     /// The executor of one step of `bucket` token rows and `sequences` logits rows
-    /// (their greedy tokens when `greedy`) run as `arm`, compiled on a miss.
+    /// (or the tokens `pick` takes from them) run as `arm`, compiled on a miss.
     fn executor(
         &mut self,
         phase: Phase,
         bucket: usize,
         sequences: usize,
-        greedy: bool,
+        pick: Pick,
         arm: Arm,
     ) -> Result<Arc<Executor>, StepError> {
         let step = StepKey {
@@ -542,7 +557,7 @@ impl Runner {
             phase,
             bucket: bucket as u32,
             sequences: sequences as u32,
-            greedy,
+            pick,
             backends: self.target.fingerprint(),
             arm: match arm {
                 Arm::Baseline => StepArm::Baseline,
@@ -560,7 +575,7 @@ impl Runner {
         };
         let before = self.cache.stats();
         let executor = get_or_compile_plan(&mut self.cache, &step, &context, || {
-            let graph = target.graph(bucket, sequences, greedy)?;
+            let graph = target.graph(bucket, sequences, pick)?;
             arms::plan_arm(&graph, arm, target, coexec)
         })?;
         let after = self.cache.stats();

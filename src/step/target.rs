@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendId, BackendSet, MemorySpace};
-use crate::cache::{CompileError, WeightStore};
+use crate::cache::{CompileError, Pick, WeightStore};
 use crate::graph::{eliminate_dead_code, Graph};
 use crate::plan::Policy;
 
-use super::returns::with_argmax;
+use super::returns::with_pick;
 use super::StepModel;
 
 /// The model, backends, policy and weights a runner plans on.
@@ -71,18 +71,15 @@ impl Target {
             .any(|b| b.capability().memory_space == space)
     }
 
-    /// The graph of a step of `n_tokens` rows and `n_logits` logits rows (their greedy
-    /// tokens when `greedy`), dead code removed.
+    /// The graph of a step of `n_tokens` rows and `n_logits` logits rows (or the token
+    /// `pick` takes from each), dead code removed.
     pub(super) fn graph(
         &self,
         n_tokens: usize,
         n_logits: usize,
-        greedy: bool,
+        pick: Pick,
     ) -> Result<Graph, CompileError> {
-        let mut graph = self.model.trace(n_tokens, n_logits)?;
-        if greedy {
-            graph = with_argmax(graph)?;
-        }
+        let graph = with_pick(self.model.trace(n_tokens, n_logits)?, pick)?;
         Ok(eliminate_dead_code(&graph))
     }
 

@@ -4,6 +4,7 @@
 use super::kernels::argmax::argmax_rows;
 use super::kernels::attention::{attention, AttentionParams};
 use super::kernels::check_len;
+use super::kernels::draw::draw_rows;
 use super::kernels::elementwise::{binary, swiglu, unary, Binary, Unary};
 use super::kernels::embedding::embedding;
 use super::kernels::layout::{concat, slice, transpose};
@@ -91,6 +92,17 @@ pub(super) fn run_node(
         Op::LayerNorm { eps } => {
             let (x, w, b) = (arg(0)?.to_f32()?, arg(1)?.to_f32()?, arg(2)?.to_f32()?);
             with_f32_out(dtype, out, |o| layer_norm(&x, &w, &b, *eps, o))
+        }
+        Op::Draw => {
+            let (x, params) = (arg(0)?, arg(1)?);
+            let values = x.to_f32()?;
+            let mut picks = vec![0i32; node.shape.numel()];
+            draw_rows(&values, x.shape.last(), &params.to_i32()?, &mut picks)?;
+            check_len("draw output", out.len(), picks.len() * 4)?;
+            for (o, p) in out.chunks_exact_mut(4).zip(&picks) {
+                o.copy_from_slice(&p.to_le_bytes());
+            }
+            Ok(())
         }
         Op::Argmax => {
             let x = arg(0)?;

@@ -20,6 +20,7 @@ mod view;
 mod partition_tests;
 
 pub use kernels::argmax::{argmax, greedy, sanitize};
+pub use kernels::draw;
 
 use std::sync::Arc;
 

@@ -137,7 +137,7 @@ fn run_demo_steps(backends: &BackendSet) -> Result<()> {
             phase,
             bucket: n as u32,
             sequences: 1,
-            greedy: false,
+            pick: switchyard::cache::Pick::Logits,
             backends: backends.fingerprint(),
             arm: StepArm::Baseline,
         };

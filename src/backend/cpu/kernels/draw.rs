@@ -1,9 +1,14 @@
-//! The passes of a draw over a whole vocabulary (decisions 164, 195): the sanitized
-//! maximum, then each token's weight relative to it with the weights' sums by blocks
-//! (so that a draw by inverse CDF walks blocks before tokens), each compiled for the
-//! widest vectors the CPU allows and computing the same bits at every width.
+//! A draw from a whole vocabulary at a temperature (decisions 164, 195, 196): the
+//! sanitized maximum, each token's weight relative to it with the weights' sums by
+//! blocks, then the token at a uniform point of their total by inverse CDF, walking
+//! blocks before tokens. The sampler's whole-vocabulary path and the graph's `Draw`
+//! (a step that returns tokens instead of logits) both pick with [`draw`], so a seed
+//! draws the same tokens either way; the passes are compiled for the widest vectors
+//! the CPU allows and compute the same bits at every width.
 
-use crate::backend::cpu::sanitize;
+use super::argmax::{greedy, sanitize};
+use super::check_len;
+use crate::backend::BackendError;
 
 /// Defines `fn $name` to run `$body` (an `#[inline(always)]` function of the same
 /// arguments) compiled for the widest vectors that the CPU and the CPU backend's kernel
@@ -13,7 +18,7 @@ use crate::backend::cpu::sanitize;
 macro_rules! wide {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? = $body:ident;) => {
         $(#[$doc])*
-        pub(super) fn $name($($arg: $ty),*) $(-> $ret)? {
+        pub fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             {
                 use crate::backend::cpu::isa::{allows, Isa};
@@ -40,7 +45,7 @@ macro_rules! wide {
 }
 
 /// Tokens per block of [`block_sums`].
-pub(super) const BLOCK: usize = 64;
+pub const BLOCK: usize = 64;
 /// Below this exponent a weight is 0: a token e^87 times less likely than the best
 /// (f32's normal range ends at e^-87.3).
 const EXP_FLOOR: f32 = -87.0;
@@ -74,7 +79,7 @@ fn exp_nonpositive(x: f32) -> f32 {
 }
 
 /// The sums of `weights` by [`BLOCK`]s into `sums` (cleared first).
-pub(super) fn block_sums(weights: &[f32], sums: &mut Vec<f32>) {
+pub fn block_sums(weights: &[f32], sums: &mut Vec<f32>) {
     sums.clear();
     sums.extend(weights.chunks(BLOCK).map(block_sum));
 }
@@ -180,9 +185,130 @@ fn weigh_by(
     }
 }
 
+/// The token at `r` (in `[0, Σ sums)`) of the cumulative `weights` whose block sums
+/// are `sums`: the block whose span holds `r`, then the token within it. Where the
+/// sums' rounding puts `r` past every span, the last token of weight is taken.
+pub fn locate(weights: &[f32], sums: &[f32], mut r: f64) -> usize {
+    let mut last = 0;
+    for (b, &s) in sums.iter().enumerate() {
+        let s = f64::from(s);
+        if r < s {
+            return within(weights, b, r);
+        }
+        r -= s;
+        if s > 0.0 {
+            last = b;
+        }
+    }
+    within(weights, last, f64::INFINITY)
+}
+
+/// The token of block `b` at `r` into the block's weight; its last token of weight
+/// where `r` reaches past them.
+fn within(weights: &[f32], b: usize, mut r: f64) -> usize {
+    let start = b * BLOCK;
+    let block = &weights[start..weights.len().min(start + BLOCK)];
+    let mut last = 0;
+    for (i, &w) in block.iter().enumerate().filter(|&(_, &w)| w > 0.0) {
+        let w = f64::from(w);
+        if r < w {
+            return start + i;
+        }
+        r -= w;
+        last = i;
+    }
+    start + last
+}
+
+/// A draw's uniform point in `[0, 1)` from 32 random bits: what the sampler's RNG
+/// gives and a step's `Draw` input carries.
+pub fn unit(bits: u32) -> f64 {
+    f64::from(bits) / 4_294_967_296.0
+}
+
+/// The token a whole-vocabulary draw at temperature `t` (> 0) picks from `logits` at
+/// the uniform point `unit(bits)` of the weights' total: `None` when no logit is above
+/// −inf. `weights` and `sums` are scratch, reused between calls.
+pub fn draw(
+    logits: &[f32],
+    t: f32,
+    bits: u32,
+    weights: &mut Vec<f32>,
+    sums: &mut Vec<f32>,
+) -> Option<usize> {
+    let max = sanitized_max(logits);
+    if max == f32::NEG_INFINITY {
+        return None;
+    }
+    weigh(logits, max, t, weights, sums);
+    let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
+    Some(locate(weights, sums, unit(bits) * total))
+}
+
+/// The graph's `Draw`: each `width`-wide row of `x` picked by [`draw`] at its row of
+/// `params` (temperature bits, uniform bits), or by [`super::argmax::greedy`] where the
+/// temperature is 0; -1 for a row with no pick. Rows run in parallel.
+pub(in crate::backend::cpu) fn draw_rows(
+    x: &[f32],
+    width: usize,
+    params: &[i32],
+    out: &mut [i32],
+) -> Result<(), BackendError> {
+    use rayon::prelude::*;
+    if width == 0 {
+        return Err(BackendError::Input("draw over rows of no values".into()));
+    }
+    check_len("draw input", x.len(), out.len() * width)?;
+    check_len("draw parameters", params.len(), out.len() * 2)?;
+    x.par_chunks_exact(width)
+        .zip(params.par_chunks_exact(2))
+        .zip(out.par_iter_mut())
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(weights, sums), ((row, p), pick)| {
+                let t = f32::from_bits(p[0] as u32);
+                let picked = if t > 0.0 {
+                    draw(row, t, p[1] as u32, weights, sums)
+                } else {
+                    greedy(row)
+                };
+                *pick = picked.map_or(-1, |i| i as i32);
+            },
+        );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_point_is_located_in_the_span_of_its_token() {
+        // Blocks of zeros, a partial last block, and tokens of weight 0 inside blocks.
+        let weights: Vec<f32> = (0..300)
+            .map(|i| {
+                if i % 7 == 0 || (64..128).contains(&i) {
+                    0.0
+                } else {
+                    (i % 5) as f32 + 0.5
+                }
+            })
+            .collect();
+        let mut sums = Vec::new();
+        block_sums(&weights, &mut sums);
+        assert_eq!(sums.len(), 5);
+        assert_eq!(sums[1], 0.0);
+        let mut start = 0.0f64;
+        for (i, &w) in weights.iter().enumerate() {
+            if w > 0.0 {
+                // The middle of each token's span is that token.
+                assert_eq!(locate(&weights, &sums, start + f64::from(w) / 2.0), i);
+                start += f64::from(w);
+            }
+        }
+        // Past the end: the last token of weight.
+        assert_eq!(locate(&weights, &sums, start * 2.0), 299);
+    }
 
     #[test]
     fn exp_is_within_two_ulp_down_to_the_floor_and_zero_below() {
