@@ -357,7 +357,7 @@ fn drawn_steps_return_the_draw_of_the_logits() {
     let prompts = prompts(&model);
     let prompts = &prompts[..4];
     let temperatures = [0.6, 1.0, 1.7, 0.0];
-    let mut state = 0x5EED_0F_D4A7u64;
+    let mut state = 0x005E_ED0F_D4A7_u64;
     let mut bits = move || {
         state = state
             .wrapping_mul(6_364_136_223_846_793_005)
