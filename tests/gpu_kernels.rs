@@ -826,3 +826,103 @@ fn argmax_matches_the_cpu_greedy_rule() {
         }
     }
 }
+
+/// Where the uniform point `bits / 2^32` of `row`'s weights at temperature `t` lies, in
+/// f64: each token's span `[start, start + weight)` of the total, and the point.
+fn spans_f64(row: &[f32], t: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
+    let clean = |v: f32| {
+        if v.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            f64::from(v.min(f32::MAX))
+        }
+    };
+    let best = row
+        .iter()
+        .map(|&v| clean(v))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let mut start = 0.0;
+    let spans = row
+        .iter()
+        .map(|&v| {
+            let w = ((clean(v) - best) / f64::from(t)).exp();
+            let span = (start, w);
+            start += w;
+            span
+        })
+        .collect();
+    (spans, f64::from(bits) / 4_294_967_296.0 * start)
+}
+
+/// The GPU's draw (the graph's `Draw`) picks a token whose span of the cumulative
+/// weights holds the uniform point, within f32 rounding of the total (checked in f64),
+/// and almost always the very token the CPU's draw picks (they part only where the point
+/// falls within rounding of a boundary between two tokens); rows at temperature 0 take
+/// the greedy pick exactly, and a row of -inf and NaN picks nothing.
+#[test]
+fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(23);
+    let (mut same, mut drawn) = (0, 0);
+    for width in [5, 257, 4097, 49152] {
+        let rows = 24;
+        let mut x = rng.vec(rows * width, 16.0);
+        let row = |r: usize| r * width..(r + 1) * width;
+        // Row 0: nothing to pick; row 1: NaN and -inf around a few finite values.
+        x[row(0)].fill(f32::NEG_INFINITY);
+        x[row(0).start] = f32::NAN;
+        for (i, v) in x[row(1)].iter_mut().enumerate() {
+            *v = match i % 3 {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                _ => *v,
+            };
+        }
+        let temperatures = [0.7, 1.0, 1.0, 0.0, 1.6, 0.25];
+        let mut settings = Vec::with_capacity(2 * rows);
+        for r in 0..rows {
+            let t: f32 = temperatures[r % temperatures.len()];
+            let bits = ((rng.next() + 0.5) * 4_294_967_295.0) as u32;
+            settings.extend([t.to_bits() as i32, bits as i32]);
+        }
+        let inputs = [
+            ("x", Tensor::from_f32([rows, width], &x).unwrap()),
+            ("settings", Tensor::from_i32([rows, 2], &settings).unwrap()),
+        ];
+        let build = || {
+            one(|g| {
+                let ix = g.input("x", DType::F32, [rows, width]).unwrap();
+                let is = g.input("settings", DType::I32, [rows, 2]).unwrap();
+                g.draw(ix, is).unwrap()
+            })
+        };
+        let (got, want) = both(&gpu, build, Weights::default(), &inputs);
+        assert_eq!(got[0], -1.0, "width {width}: a row with nothing to pick");
+        for r in 0..rows {
+            let t = f32::from_bits(settings[2 * r] as u32);
+            let bits = settings[2 * r + 1] as u32;
+            if t == 0.0 || r == 0 {
+                assert_eq!(got[r], want[r], "width {width}, row {r}: greedy");
+                continue;
+            }
+            let (spans, point) = spans_f64(&x[row(r)], t, bits);
+            let total = spans.last().map_or(0.0, |&(s, w)| s + w);
+            let pick = got[r] as usize;
+            let (start, weight) = spans[pick];
+            let slack = 1e-5 * total;
+            assert!(
+                weight > 0.0 && point >= start - slack && point <= start + weight + slack,
+                "width {width}, row {r} at T {t}: the GPU drew {pick}, spanning \
+                 [{start}, {}) of {total}, for the point {point}",
+                start + weight
+            );
+            drawn += 1;
+            same += usize::from(got[r] == want[r]);
+        }
+    }
+    eprintln!("the GPU drew the CPU's token in {same} of {drawn} draws");
+    assert!(
+        same * 100 >= drawn * 95,
+        "the GPU drew the CPU's token in {same} of {drawn} draws"
+    );
+}

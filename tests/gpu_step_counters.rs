@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use gpu_data::{quantized, Lcg};
 use half::f16;
+use switchyard::backend::cpu::draw::draw;
 use switchyard::backend::cpu::greedy;
 use switchyard::backend::{
     cpu::CpuBackend, Backend, BackendSet, DeviceCounters, HostTensor, KvDType, SharedBytes,
@@ -28,7 +29,7 @@ use switchyard::model::gguf::{write_gguf, GgufFile, Value};
 use switchyard::model::llama::{LlamaConfig, TensorRole};
 use switchyard::model::{GgufWeights, LlamaStep};
 use switchyard::plan::Policy;
-use switchyard::step::{CoexecMode, Returned, Returns, Runner, Work};
+use switchyard::step::{CoexecMode, DrawSettings, Returned, Returns, Runner, Work};
 
 const VOCAB: usize = 320;
 const LAYERS: usize = 2;
@@ -175,6 +176,7 @@ struct Counted {
     logits: DeviceCounters,
     greedy: DeviceCounters,
     batch: DeviceCounters,
+    drawn: DeviceCounters,
 }
 
 /// Runs a prompt and decode steps on `gpu` (and the same on the CPU alone), checks the
@@ -275,10 +277,57 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
         }
     }
     let batch = gpu.counters().unwrap().since(&before);
+
+    // The three again, each drawing its token at a temperature on the device: the
+    // CPU's draw from the GPU's logits picks the same (but where the point falls within
+    // rounding of a boundary between two tokens, which these few draws never meet).
+    let mut seqs: Vec<_> = (0..3).map(|_| on_gpu.new_sequence().unwrap()).collect();
+    for seq in &mut seqs {
+        on_gpu.forward_greedy(seq, &prompt).unwrap();
+    }
+    let (mut weights, mut sums) = (Vec::new(), Vec::new());
+    let mut before = DeviceCounters::default();
+    for (i, &t) in decode.iter().enumerate() {
+        if i == 1 {
+            before = gpu.counters().expect("the GPU counts");
+        }
+        let tokens = [t];
+        let settings: Vec<DrawSettings> = (0..3u32)
+            .map(|s| {
+                DrawSettings::new(0.8, 0x9E37_79B9u32.wrapping_mul(i as u32 * 3 + s + 1)).unwrap()
+            })
+            .collect();
+        let mut work: Vec<Work> = seqs
+            .iter_mut()
+            .zip(&settings)
+            .map(|(seq, &d)| Work {
+                seq,
+                tokens: &tokens,
+                returns: Returns::Draw(d),
+            })
+            .collect();
+        let out = on_gpu.forward_batch(&mut work).unwrap();
+        for (returned, d) in out.iter().zip(&settings) {
+            let want = draw(
+                &logits[i + 1],
+                d.temperature(),
+                d.bits(),
+                &mut weights,
+                &mut sums,
+            );
+            assert_eq!(
+                returned,
+                Returned::Token(want.map(|t| t as u32)),
+                "{dtype}, step {i}: drawn token"
+            );
+        }
+    }
+    let drawn = gpu.counters().unwrap().since(&before);
     Counted {
         logits: total,
         greedy: greedy_counted,
         batch,
+        drawn,
     }
 }
 
@@ -324,7 +373,11 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
         steps * VOCAB as u64 * 4,
         "{name} {dtype}: only the logits come back"
     );
-    for (what, g, sequences) in [("one", counted.greedy, 1), ("three", counted.batch, 3)] {
+    for (what, g, sequences, more) in [
+        ("one", counted.greedy, 1, 2),
+        ("three", counted.batch, 3, 2),
+        ("three drawing", counted.drawn, 3, 3),
+    ] {
         assert_eq!(g.runs, steps, "{name} {dtype}: a run per greedy step");
         let dispatches = g.total_dispatches() / steps;
         eprintln!(
@@ -333,7 +386,7 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
             g.bytes_read / steps
         );
         assert!(
-            dispatches <= per_layer * LAYERS as u64 + OUTSIDE_LAYERS + 2,
+            dispatches <= per_layer * LAYERS as u64 + OUTSIDE_LAYERS + more,
             "{name} {dtype}: {dispatches} dispatches a greedy step: {:?}",
             g.dispatches
         );

@@ -8,7 +8,7 @@ use crate::backend::{Capability, CostHints, DTypeSet, OpSet};
 use crate::graph::{DType, OpKind, MAX_RANK};
 
 /// Ops with WGSL kernels.
-pub(super) const OPS: [OpKind; 13] = [
+pub(super) const OPS: [OpKind; 14] = [
     OpKind::Embedding,
     OpKind::MatMul,
     OpKind::Add,
@@ -22,6 +22,7 @@ pub(super) const OPS: [OpKind; 13] = [
     OpKind::Attention,
     OpKind::Reshape,
     OpKind::Argmax,
+    OpKind::Draw,
 ];
 
 /// Operands read in place: i32 ids and positions, and every weight format with a

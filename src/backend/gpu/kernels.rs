@@ -76,6 +76,18 @@ pub(super) const ARGMAX: &str = concat!(
     include_str!("shaders/argmax.wgsl"),
     include_str!("shaders/argmax_key.wgsl")
 );
+/// A draw's second pass: the sum of each chunk's weights at the row's temperature.
+pub(super) const DRAW_SUMS: &str = concat!(
+    include_str!("shaders/draw_sums.wgsl"),
+    include_str!("shaders/draw_weight.wgsl"),
+    include_str!("shaders/argmax_key.wgsl")
+);
+/// A draw's pick per row, from the chunk bests and sums (greedy at temperature 0).
+pub(super) const DRAW_PICK: &str = concat!(
+    include_str!("shaders/draw_pick.wgsl"),
+    include_str!("shaders/draw_weight.wgsl"),
+    include_str!("shaders/argmax_key.wgsl")
+);
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// Writes a step's keys and values into a layer of the paged pool.

@@ -269,6 +269,50 @@ pub(super) fn record_node(
             )?;
             vec![part, pick]
         }
+        Op::Draw => {
+            let (x, settings) = (arg(0)?, arg(1)?);
+            let width = x.shape.last();
+            if width == 0 || x.dtype != DType::F32 {
+                return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
+            }
+            // Three passes: each chunk's best (argmax's first pass), each chunk's sum
+            // of weights, then one workgroup a row walks the sums to its token.
+            let rows = word("rows", x.shape.numel() / width)?;
+            let chunks = word("draw chunks", width.div_ceil(kernels::ARGMAX_CHUNK))?;
+            let parts = gpu.storage("draw parts", 8 * rows as usize * chunks as usize);
+            let sums = gpu.storage("draw sums", 4 * rows as usize * chunks as usize);
+            let part = dispatch(
+                gpu,
+                &Source {
+                    kind: "draw",
+                    name: "argmax".into(),
+                    wgsl: kernels::ARGMAX_PART.into(),
+                },
+                &[word("width", width)?, chunks],
+                &[&x.buffer, &parts],
+                [chunks, rows, 1],
+            )?;
+            let sum = dispatch(
+                gpu,
+                &Source::fixed("draw", kernels::DRAW_SUMS),
+                &[word("width", width)?, chunks],
+                &[&x.buffer, &parts, &settings.buffer, &sums],
+                [chunks, rows, 1],
+            )?;
+            let (gx, gy) = fold(gpu, rows);
+            let pick = dispatch(
+                gpu,
+                &Source {
+                    kind: "draw",
+                    name: "draw_pick".into(),
+                    wgsl: kernels::DRAW_PICK.into(),
+                },
+                &[word("width", width)?, chunks, rows, gx],
+                &[&x.buffer, &parts, &settings.buffer, &sums, out],
+                [gx, gy, 1],
+            )?;
+            vec![part, sum, pick]
+        }
         other => {
             return Err(unsupported(format!(
                 "the GPU backend does not record {}",
