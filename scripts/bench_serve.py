@@ -16,7 +16,9 @@ level, never one seen at an earlier level or in the warm-up). Each stream's even
 read from the client's raw response and parsed with `json` (the typed chunk objects
 cost the shared cores twice the CPU).
 A completion's tokens are counted from the server's `usage` when it reports one, else
-from its content chunks. `--api completions` sends each prompt as plain text to
+from its content chunks. `--temperature T` samples the streamed completions at T (each
+server's other samplers at its defaults: llama-server's top-k 40, top-p 0.95 and min-p
+0.05 apply; switchyard's are off). `--api completions` sends each prompt as plain text to
 /v1/completions instead (for model files without a chat template, such as the random-
 weight 1B benchmark model).
 
@@ -70,6 +72,10 @@ def prompt(i, run, api):
     return f"Story {run}-{i}, a long, detailed story about {topic}. Once upon a time"
 
 
+# The streamed completions' temperature (`--temperature`).
+TEMPERATURE = 0.0
+
+
 async def one_request(client, model, i, run, max_tokens, api, on_first=None, extra=None):
     """Streams one chat completion (`api` "chat") or text completion ("completions");
     returns (ttft_s, [inter-token gaps], tokens, total_s). `on_first` is called at the
@@ -82,7 +88,7 @@ async def one_request(client, model, i, run, max_tokens, api, on_first=None, ext
     """
     started = time.perf_counter()
     arrivals, usage = [], None
-    common = dict(model=model, max_tokens=max_tokens, temperature=0, stream=True,
+    common = dict(model=model, max_tokens=max_tokens, temperature=TEMPERATURE, stream=True,
                   stream_options={"include_usage": True}, extra_body=extra)
     if api == "chat":
         stream = client.chat.completions.with_streaming_response.create(
@@ -271,7 +277,12 @@ async def main():
                     help="measure a scored prompt of N tokens beside --streams streams")
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of the streamed completions (default 0, "
+                         "greedy; each server's other samplers at its defaults)")
     args = ap.parse_args()
+    global TEMPERATURE
+    TEMPERATURE = args.temperature
     servers = [s.split("=", 1) for s in args.server]
     levels = [int(c) for c in args.concurrency.split(",")]
     names = {url: await model_name(url) for _, url in servers}
