@@ -12,14 +12,17 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// What one timed region of a partition is: an op name, for products with the weight's
-/// type and `[rows, columns]`, and the weight bytes it reads per call (0 when it reads
-/// none or only a few rows of one, as an embedding does).
+/// type and `[rows, columns]`, the weight bytes it reads per call (0 when it reads
+/// none or only a few rows of one, as an embedding does) and its multiply-adds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct OpLabel {
     /// E.g. `attention`, `matmul q4_1 [1536, 576]`, `matmul ×3 q4_1 [960, 576]`.
     pub op: String,
     /// Weight bytes read per call.
     pub weight_bytes: u64,
+    /// Multiply-adds per call (a product's activation rows × weight rows × columns;
+    /// 0 for other ops), for GMAC/s beside a kernel set's limit.
+    pub macs: u64,
 }
 
 /// One region's totals over the recorded runs.
@@ -142,6 +145,7 @@ mod tests {
         OpLabel {
             op: op.into(),
             weight_bytes,
+            macs: 0,
         }
     }
 

@@ -333,6 +333,7 @@ fn run_label(run: &[Step]) -> OpLabel {
         return OpLabel {
             op: first.node.op.kind().name().to_string(),
             weight_bytes: 0,
+            macs: 0,
         };
     };
     let rows: usize = run
@@ -345,9 +346,16 @@ fn run_label(run: &[Step]) -> OpLabel {
     } else {
         String::new()
     };
+    // Each product: its activation rows (the input's elements over the columns) times
+    // its weight's elements.
+    let macs = run
+        .iter()
+        .map(|s| (s.operands[0].shape.numel() / k.max(1) * s.operands[1].shape.numel()) as u64)
+        .sum();
     OpLabel {
         op: format!("matmul{times} {} [{rows}, {k}]", w.dtype.name()),
         weight_bytes: run.iter().map(|s| s.operands[1].bytes as u64).sum(),
+        macs,
     }
 }
 

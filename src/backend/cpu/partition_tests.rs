@@ -457,6 +457,13 @@ fn node_times_are_recorded_only_while_profiling() {
         .map(|o| o.label.weight_bytes * o.calls)
         .sum();
     assert_eq!(weight_bytes, 3 * (2 * q4_bytes + q8_bytes) as u64);
+    // And each of the three products' rows × weight rows × columns multiply-adds.
+    let macs: u64 = steps.ops.iter().map(|o| o.label.macs * o.calls).sum();
+    assert_eq!(macs, 3 * 3 * (rows * n * k) as u64);
+    assert!(steps
+        .ops
+        .iter()
+        .all(|o| o.label.op.starts_with("matmul") || o.label.macs == 0));
     // The two Q4_0 products share a label: where they are not packed (no panel kernel,
     // as under SWITCHYARD_ISA=scalar) each run calls it twice.
     let unpacked = !super::packed::packs(DType::Q4_0);

@@ -114,6 +114,7 @@ impl Timer {
             .map(|kind| OpLabel {
                 op: (*kind).to_string(),
                 weight_bytes: 0,
+                macs: 0,
             })
             .collect();
         let total = time(ticks[0], ticks[n - 1]);

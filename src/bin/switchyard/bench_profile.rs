@@ -3,10 +3,12 @@
 //! adapter writes timestamps inside passes timing every dispatch, and a table per test,
 //! backend and row count says where a step's time goes: op (a GPU's dispatch kind),
 //! calls per step, µs per call, share of the step and, for CPU products, the weight
-//! bytes read per second. Apart from the timed tests, so the timers never touch their
-//! numbers. Beside each `tg` test's step it also sets the time the server's default
-//! sampling (temperature 1, no top-k or top-p) takes for that step's sequences, one
-//! after the other as the scheduler draws them ([`switchyard::bench::sampling`]).
+//! bytes read and multiply-adds done per second. Apart from the timed tests, so the
+//! timers never touch their numbers. Beside each `tg` test's step it also sets the time
+//! the sampler's default path (temperature 1, no top-k or top-p) takes for that step's
+//! sequences one after the other, as when their logits come back
+//! ([`switchyard::bench::sampling`]; a step whose sequences need only their tokens
+//! draws them on its device instead, decision 196).
 
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -100,12 +102,12 @@ fn print_steps(test: &str, backend: &str, steps: &RowsProfile) {
         steps.runs, steps.rows
     );
     println!(
-        "| {:<36} | {:>10} | {:>10} | {:>6} | {:>7} |",
-        "op", "calls/run", "µs/call", "share", "GB/s"
+        "| {:<36} | {:>10} | {:>10} | {:>6} | {:>7} | {:>7} |",
+        "op", "calls/run", "µs/call", "share", "GB/s", "GMAC/s"
     );
     println!(
-        "| {:-<36} | {:->10} | {:->10} | {:->6} | {:->7} |",
-        ":", ":", ":", ":", ":"
+        "| {:-<36} | {:->10} | {:->10} | {:->6} | {:->7} | {:->7} |",
+        ":", ":", ":", ":", ":", ":"
     );
     let share = |nanos: u64| 100.0 * nanos as f64 / steps.nanos.max(1) as f64;
     for op in &steps.ops {
@@ -118,21 +120,31 @@ fn print_steps(test: &str, backend: &str, steps: &RowsProfile) {
         } else {
             String::new()
         };
+        let gmac_s = if op.label.macs > 0 && op.nanos > 0 {
+            format!(
+                "{:.1}",
+                op.label.macs as f64 * op.calls as f64 / op.nanos as f64
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "| {:<36} | {:>10.1} | {:>10.2} | {:>5.1}% | {:>7} |",
+            "| {:<36} | {:>10.1} | {:>10.2} | {:>5.1}% | {:>7} | {:>7} |",
             op.label.op,
             op.calls as f64 / runs,
             op.nanos as f64 / 1e3 / calls,
             share(op.nanos),
-            gb_s
+            gb_s,
+            gmac_s
         );
     }
     println!(
-        "| {:<36} | {:>10} | {:>10} | {:>5.1}% | {:>7} |",
+        "| {:<36} | {:>10} | {:>10} | {:>5.1}% | {:>7} | {:>7} |",
         "(between ops, outputs)",
         "",
         "",
         share(steps.outside_nanos()),
+        "",
         ""
     );
 }
