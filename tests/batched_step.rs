@@ -345,8 +345,9 @@ fn greedy_steps_return_the_greedy_pick_of_the_logits() {
     assert_eq!(alone, greedy(&logits).map(|t| t as u32));
 }
 
-/// Steps that draw their tokens (the graph's `Draw` after the head) pick, for each
-/// sequence, what the sampler's whole-vocabulary rule picks from the logits the same
+/// Steps that draw their tokens (the graph's `Draw` after the head, min-p or not)
+/// pick, for each sequence, what the sampler's whole-vocabulary rule picks from the
+/// logits the same
 /// step returns when asked for them, bit for bit on the CPU; a greedy share in the same
 /// step takes the greedy pick (temperature 0), and one sequence alone draws too.
 #[test]
@@ -356,7 +357,8 @@ fn drawn_steps_return_the_draw_of_the_logits() {
     let mut runner = runner(&model);
     let prompts = prompts(&model);
     let prompts = &prompts[..4];
-    let temperatures = [0.6, 1.0, 1.7, 0.0];
+    // (temperature, min-p) a sequence; the last is greedy.
+    let settings = [(0.6, 0.0), (1.0, 0.05), (1.7, 0.2), (0.0, 0.0)];
     let mut state = 0x005E_ED0F_D4A7_u64;
     let mut bits = move || {
         state = state
@@ -374,9 +376,11 @@ fn drawn_steps_return_the_draw_of_the_logits() {
     let (mut weights, mut sums) = (Vec::new(), Vec::new());
     let mut next: Vec<Vec<u32>> = prompts.to_vec();
     for step in 0..4 {
-        let heads: Vec<Returns> = temperatures
+        let heads: Vec<Returns> = settings
             .iter()
-            .map(|&t| DrawSettings::new(t, bits()).map_or(Returns::Token, Returns::Draw))
+            .map(|&(t, min_p)| {
+                DrawSettings::new(t, min_p, bits()).map_or(Returns::Token, Returns::Draw)
+            })
             .collect();
         let mut work: Vec<Work<'_>> = logits_seqs
             .iter_mut()
@@ -406,7 +410,14 @@ fn drawn_steps_return_the_draw_of_the_logits() {
                 panic!("step {step}: logits and tokens expected")
             };
             let expected = match head {
-                Returns::Draw(d) => draw(l, d.temperature(), d.bits(), &mut weights, &mut sums),
+                Returns::Draw(d) => draw(
+                    l,
+                    d.temperature(),
+                    d.min_p(),
+                    d.bits(),
+                    &mut weights,
+                    &mut sums,
+                ),
                 _ => greedy(l),
             }
             .map(|t| t as u32);
@@ -418,12 +429,12 @@ fn drawn_steps_return_the_draw_of_the_logits() {
         runner.new_sequence().unwrap(),
         runner.new_sequence().unwrap(),
     );
-    let settings = DrawSettings::new(0.9, 0x8000_0001).unwrap();
+    let settings = DrawSettings::new(0.9, 0.1, 0x8000_0001).unwrap();
     let alone = runner
         .forward_token(&mut a, &prompts[0], Returns::Draw(settings))
         .unwrap();
     let logits = runner.forward(&mut b, &prompts[0]).unwrap();
-    let expected = draw(&logits, 0.9, 0x8000_0001, &mut weights, &mut sums);
+    let expected = draw(&logits, 0.9, 0.1, 0x8000_0001, &mut weights, &mut sums);
     assert_eq!(alone, expected.map(|t| t as u32));
 }
 
@@ -436,9 +447,10 @@ fn a_seeded_generation_draws_the_same_tokens_on_the_device_as_from_logits() {
     let model = Model::open(&path).unwrap();
     let mut runner = runner(&model);
     let prompt = &prompts(&model)[2];
-    for (seed, temperature) in [(1, 1.0), (7, 0.7), (42, 1.4)] {
+    for (seed, temperature, min_p) in [(1, 1.0, 0.0), (7, 0.7, 0.0), (42, 1.4, 0.05)] {
         let config = SamplerConfig {
             temperature,
+            min_p,
             seed,
             ..SamplerConfig::default()
         };

@@ -827,9 +827,10 @@ fn argmax_matches_the_cpu_greedy_rule() {
     }
 }
 
-/// Where the uniform point `bits / 2^32` of `row`'s weights at temperature `t` lies, in
-/// f64: each token's span `[start, start + weight)` of the total, and the point.
-fn spans_f64(row: &[f32], t: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
+/// Where the uniform point `bits / 2^32` of `row`'s weights at temperature `t` (0 below
+/// `min_p`) lies, in f64: each token's span `[start, start + weight)` of the total, and
+/// the point.
+fn spans_f64(row: &[f32], t: f32, min_p: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
     let clean = |v: f32| {
         if v.is_nan() {
             f64::NEG_INFINITY
@@ -846,6 +847,7 @@ fn spans_f64(row: &[f32], t: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
         .iter()
         .map(|&v| {
             let w = ((clean(v) - best) / f64::from(t)).exp();
+            let w = if w < f64::from(min_p) { 0.0 } else { w };
             let span = (start, w);
             start += w;
             span
@@ -854,8 +856,8 @@ fn spans_f64(row: &[f32], t: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
     (spans, f64::from(bits) / 4_294_967_296.0 * start)
 }
 
-/// The GPU's draw (the graph's `Draw`) picks a token whose span of the cumulative
-/// weights holds the uniform point, within f32 rounding of the total (checked in f64),
+/// The GPU's draw (the graph's `Draw`, min-p or not) picks a token whose span of the
+/// cumulative weights holds the uniform point, within f32 rounding of the total (checked in f64),
 /// and almost always the very token the CPU's draw picks (they part only where the point
 /// falls within rounding of a boundary between two tokens); rows at temperature 0 take
 /// the greedy pick exactly, and a row of -inf and NaN picks nothing.
@@ -878,34 +880,43 @@ fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
                 _ => *v,
             };
         }
-        let temperatures = [0.7, 1.0, 1.0, 0.0, 1.6, 0.25];
-        let mut settings = Vec::with_capacity(2 * rows);
+        // (temperature, min-p) by row.
+        let kinds = [
+            (0.7, 0.0),
+            (1.0, 0.0),
+            (1.0, 0.05),
+            (0.0, 0.0),
+            (1.6, 0.0),
+            (0.25, 0.3),
+        ];
+        let mut settings = Vec::with_capacity(3 * rows);
         for r in 0..rows {
-            let t: f32 = temperatures[r % temperatures.len()];
+            let (t, min_p): (f32, f32) = kinds[r % kinds.len()];
             let bits = ((rng.next() + 0.5) * 4_294_967_295.0) as u32;
-            settings.extend([t.to_bits() as i32, bits as i32]);
+            settings.extend([t.to_bits(), min_p.to_bits(), bits].map(|w| w as i32));
         }
         let inputs = [
             ("x", Tensor::from_f32([rows, width], &x).unwrap()),
-            ("settings", Tensor::from_i32([rows, 2], &settings).unwrap()),
+            ("settings", Tensor::from_i32([rows, 3], &settings).unwrap()),
         ];
         let build = || {
             one(|g| {
                 let ix = g.input("x", DType::F32, [rows, width]).unwrap();
-                let is = g.input("settings", DType::I32, [rows, 2]).unwrap();
+                let is = g.input("settings", DType::I32, [rows, 3]).unwrap();
                 g.draw(ix, is).unwrap()
             })
         };
         let (got, want) = both(&gpu, build, Weights::default(), &inputs);
         assert_eq!(got[0], -1.0, "width {width}: a row with nothing to pick");
         for r in 0..rows {
-            let t = f32::from_bits(settings[2 * r] as u32);
-            let bits = settings[2 * r + 1] as u32;
+            let t = f32::from_bits(settings[3 * r] as u32);
+            let min_p = f32::from_bits(settings[3 * r + 1] as u32);
+            let bits = settings[3 * r + 2] as u32;
             if t == 0.0 || r == 0 {
                 assert_eq!(got[r], want[r], "width {width}, row {r}: greedy");
                 continue;
             }
-            let (spans, point) = spans_f64(&x[row(r)], t, bits);
+            let (spans, point) = spans_f64(&x[row(r)], t, min_p, bits);
             let total = spans.last().map_or(0.0, |&(s, w)| s + w);
             let pick = got[r] as usize;
             let (start, weight) = spans[pick];

@@ -294,7 +294,12 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
         let tokens = [t];
         let settings: Vec<DrawSettings> = (0..3u32)
             .map(|s| {
-                DrawSettings::new(0.8, 0x9E37_79B9u32.wrapping_mul(i as u32 * 3 + s + 1)).unwrap()
+                DrawSettings::new(
+                    0.8,
+                    0.02 * s as f32,
+                    0x9E37_79B9u32.wrapping_mul(i as u32 * 3 + s + 1),
+                )
+                .unwrap()
             })
             .collect();
         let mut work: Vec<Work> = seqs
@@ -311,6 +316,7 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
             let want = draw(
                 &logits[i + 1],
                 d.temperature(),
+                d.min_p(),
                 d.bits(),
                 &mut weights,
                 &mut sums,

@@ -331,9 +331,8 @@ impl<'t> Decoding<'t> {
             return Returns::Token;
         }
         match sampler.device_draw() {
-            Some(t) => {
-                DrawSettings::new(t, sampler.device_bits()).map_or(Returns::Logits, Returns::Draw)
-            }
+            Some((t, min_p)) => DrawSettings::new(t, min_p, sampler.device_bits())
+                .map_or(Returns::Logits, Returns::Draw),
             None => Returns::Logits,
         }
     }

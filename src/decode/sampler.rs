@@ -16,7 +16,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::backend::cpu::{argmax, greedy, sanitize};
 
-use crate::backend::cpu::draw::{block_sums, draw, locate, sanitized_max, unit, weigh};
+use crate::backend::cpu::draw::{draw, sanitized_max, weigh};
 
 use super::sampler_select::{by_logit_desc, nucleus};
 
@@ -277,9 +277,10 @@ impl Sampler {
 
     /// Sampling over the whole vocabulary (no top-k) without sorting it: one pass for
     /// the maximum, one for each token's weight `e^((l − max)/T)` relative to the best
-    /// (min-p then zeroes those below `min_p`), summed by blocks, then a draw by inverse
-    /// CDF in id order, or, for top-p, over the nucleus that [`nucleus`] selects (in
-    /// the order it leaves them: any order draws each token with its share of the kept
+    /// (0 below `min_p`), summed by blocks; then [`draw`]'s pick by inverse CDF in id
+    /// order (what a step's `Draw` computes on a device), or, for top-p, a draw over
+    /// the nucleus that [`nucleus`] selects by the unfloored weights' total (in the
+    /// order it leaves them: any order draws each token with its share of the kept
     /// weight).
     fn sample_all(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
         let (t, min_p, top_p) = (
@@ -287,10 +288,9 @@ impl Sampler {
             self.config.min_p,
             self.config.top_p,
         );
-        if min_p == 0.0 && top_p >= 1.0 {
-            // The plain draw, as a step's `Draw` picks on a device.
+        if top_p >= 1.0 {
             let bits = self.take_bits();
-            return draw(logits, t, bits, &mut self.weights, &mut self.blocks)
+            return draw(logits, t, min_p, bits, &mut self.weights, &mut self.blocks)
                 .map(|id| id as u32)
                 .ok_or(SamplerError::NoCandidates(logits.len()));
         }
@@ -302,35 +302,27 @@ impl Sampler {
             std::mem::take(&mut self.weights),
             std::mem::take(&mut self.blocks),
         );
-        weigh(logits, max, t, &mut weights, &mut blocks);
+        weigh(logits, max, t, 0.0, &mut weights, &mut blocks);
         let total: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
         if min_p > 0.0 {
             weights
                 .iter_mut()
                 .filter(|w| **w < min_p)
                 .for_each(|w| *w = 0.0);
-            block_sums(&weights, &mut blocks);
         }
-        let id = if top_p < 1.0 {
-            let mut cands = std::mem::take(&mut self.cands);
-            cands.clear();
-            cands.extend(
-                weights
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &w)| w > 0.0)
-                    .map(|(id, _)| (id as u32, sanitize(logits[id]))),
-            );
-            let keep = nucleus(&mut cands, &weights, f64::from(top_p) * total);
-            let kept = cands[..keep].iter().map(|&(id, _)| id);
-            let id = self.draw(kept.map(|id| (id, f64::from(weights[id as usize]))));
-            self.cands = cands;
-            id
-        } else {
-            let kept: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
-            let r = unit(self.take_bits()) * kept;
-            locate(&weights, &blocks, r) as u32
-        };
+        let mut cands = std::mem::take(&mut self.cands);
+        cands.clear();
+        cands.extend(
+            weights
+                .iter()
+                .enumerate()
+                .filter(|&(_, &w)| w > 0.0)
+                .map(|(id, _)| (id as u32, sanitize(logits[id]))),
+        );
+        let keep = nucleus(&mut cands, &weights, f64::from(top_p) * total);
+        let kept = cands[..keep].iter().map(|&(id, _)| id);
+        let id = self.draw(kept.map(|id| (id, f64::from(weights[id as usize]))));
+        self.cands = cands;
         (self.weights, self.blocks) = (weights, blocks);
         Ok(id)
     }
@@ -358,18 +350,14 @@ impl Sampler {
         self.pending.take().unwrap_or_else(|| self.rng.next_u32())
     }
 
-    /// The temperature of a pick a device makes from the logits it computed (the
-    /// graph's `Draw`, [`draw`]'s rule): `Some` for a plain draw over the whole
-    /// vocabulary (temperature above 0, no top-k, top-p, min-p, bias or penalty),
-    /// the server's default. Greedy decoding is [`Sampler::is_greedy`]'s.
-    pub fn device_draw(&self) -> Option<f32> {
+    /// The temperature and min-p of a pick a device makes from the logits it computed
+    /// (the graph's `Draw`, [`draw`]'s rule): `Some` for a draw over the whole
+    /// vocabulary (temperature above 0; no top-k, top-p, bias or penalty), the
+    /// server's default. Greedy decoding is [`Sampler::is_greedy`]'s.
+    pub fn device_draw(&self) -> Option<(f32, f32)> {
         let c = &self.config;
-        let plain = c.temperature > 0.0
-            && c.top_k == 0
-            && c.top_p >= 1.0
-            && c.min_p == 0.0
-            && !self.adjusts();
-        plain.then_some(c.temperature)
+        let plain = c.temperature > 0.0 && c.top_k == 0 && c.top_p >= 1.0 && !self.adjusts();
+        plain.then_some((c.temperature, c.min_p))
     }
 
     /// The random bits the next pick draws with, for a step that picks on its device:

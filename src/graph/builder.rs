@@ -450,7 +450,7 @@ impl GraphBuilder {
         self.push(Op::Argmax, vec![x], rows, DType::I32)
     }
 
-    /// Each row's sampled pick (see [`Op::Draw`]): `x [n, V]`, `params [n, 2] i32` →
+    /// Each row's sampled pick (see [`Op::Draw`]): `x [n, V]`, `params [n, 3] i32` →
     /// `[n] i32`.
     pub fn draw(&mut self, x: ValueId, params: ValueId) -> Built {
         let n = self.float_operand(OpKind::Draw, 0, x)?.clone();
@@ -465,10 +465,10 @@ impl GraphBuilder {
         if p.dtype != DType::I32 {
             return Err(dtype_error(OpKind::Draw, 1, p.dtype, "i32"));
         }
-        if p.shape.dims() != [dims[0], 2] {
+        if p.shape.dims() != [dims[0], 3] {
             return Err(shape_error(
                 OpKind::Draw,
-                format!("params {} must be [{}, 2]", p.shape, dims[0]),
+                format!("params {} must be [{}, 3]", p.shape, dims[0]),
             ));
         }
         let rows = Shape::new(vec![dims[0]]);

@@ -143,11 +143,12 @@ pub enum Op {
     /// Appended after the head when only the token is needed, so the device that
     /// computed the logits returns 4 bytes a row instead of the vocabulary's scores.
     Argmax,
-    /// A sampled pick per row: `x [n, V]` and `params [n, 2] i32` (each row's
-    /// temperature as f32 bits, then 32 random bits) → `[n] i32`: the token at the
-    /// uniform point `bits / 2^32` of the row's weights `e^((l − max)/T)` by inverse CDF
-    /// (`crate::backend::cpu::draw::draw`), or the [`Op::Argmax`] pick where the
-    /// temperature is 0; -1 where every value is -inf or NaN. Appended after the head
+    /// A sampled pick per row: `x [n, V]` and `params [n, 3] i32` (each row's
+    /// temperature and min-p as f32 bits, then 32 random bits) → `[n] i32`: the token at
+    /// the uniform point `bits / 2^32` of the row's weights `e^((l − max)/T)` (0 below
+    /// min-p) by inverse CDF (`crate::backend::cpu::draw::draw`), or the
+    /// [`Op::Argmax`] pick where the temperature is 0; -1 where every value is -inf or
+    /// NaN. Appended after the head
     /// in place of `Argmax` when some sequence samples on the device.
     Draw,
 }

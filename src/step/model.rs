@@ -13,8 +13,9 @@ pub mod inputs {
     pub const POSITIONS: &str = "positions";
     /// Indices of the rows whose logits are returned, `[n_logits] i32`.
     pub const LOGITS_ROW: &str = "logits_row";
-    /// Each logits row's draw settings, `[n_logits, 2] i32` (temperature bits, random
-    /// bits): added by the step layer after the head of a step that draws its tokens.
+    /// Each logits row's draw settings, `[n_logits, 3] i32` (temperature bits, min-p
+    /// bits, random bits): added by the step layer after the head of a step that draws
+    /// its tokens.
     pub const DRAW: &str = "draw";
 }
 

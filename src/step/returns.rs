@@ -48,20 +48,24 @@ impl Returns {
     }
 }
 
-/// What a device draw picks with: a temperature above 0 and the 32 random bits the
-/// sequence's sampler gave for this pick.
+/// What a device draw picks with: a temperature above 0, a min-p in `[0, 1]` (0: none)
+/// and the 32 random bits the sequence's sampler gave for this pick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrawSettings {
     temperature: u32,
+    min_p: u32,
     bits: u32,
 }
 
 impl DrawSettings {
-    /// The settings of a draw at `temperature` with random `bits`; `None` unless the
-    /// temperature is finite and above 0 (0 is [`Returns::Token`]).
-    pub fn new(temperature: f32, bits: u32) -> Option<DrawSettings> {
-        (temperature.is_finite() && temperature > 0.0).then_some(DrawSettings {
+    /// The settings of a draw at `temperature` with `min_p` and random `bits`; `None`
+    /// unless the temperature is finite and above 0 (0 is [`Returns::Token`]) and
+    /// `min_p` lies in `[0, 1]`.
+    pub fn new(temperature: f32, min_p: f32, bits: u32) -> Option<DrawSettings> {
+        let valid = temperature.is_finite() && temperature > 0.0 && (0.0..=1.0).contains(&min_p);
+        valid.then_some(DrawSettings {
             temperature: temperature.to_bits(),
+            min_p: min_p.to_bits(),
             bits,
         })
     }
@@ -71,14 +75,20 @@ impl DrawSettings {
         f32::from_bits(self.temperature)
     }
 
+    /// The min-p (0: none).
+    pub fn min_p(self) -> f32 {
+        f32::from_bits(self.min_p)
+    }
+
     /// The random bits.
     pub fn bits(self) -> u32 {
         self.bits
     }
 
-    /// Its row of the step's `draw` input: the temperature's bits, then the random bits.
-    pub(super) fn row(self) -> [i32; 2] {
-        [self.temperature as i32, self.bits as i32]
+    /// Its row of the step's `draw` input: the temperature's bits, the min-p's, then
+    /// the random bits.
+    pub(super) fn row(self) -> [i32; 3] {
+        [self.temperature as i32, self.min_p as i32, self.bits as i32]
     }
 }
 
@@ -169,7 +179,7 @@ fn picks(output: Tensor, rows: usize) -> Result<Vec<Option<u32>>, StepError> {
 
 /// `graph` (a step whose one output is `[n, vocab]` logits) with `pick` after its
 /// head, so its one output is each row's token, `[n] i32`: greedy decoding's
-/// (`Argmax`), or drawn at each row of an `[n, 2] i32` input named
+/// (`Argmax`), or drawn at each row of an `[n, 3] i32` input named
 /// [`inputs::DRAW`] (`Draw`); unchanged for [`Pick::Logits`].
 pub(super) fn with_pick(graph: Graph, pick: Pick) -> Result<Graph, GraphError> {
     if pick == Pick::Logits {
@@ -181,7 +191,7 @@ pub(super) fn with_pick(graph: Graph, pick: Pick) -> Result<Graph, GraphError> {
         picks.push(match pick {
             Pick::Draw => {
                 let rows = b.node(logits)?.shape.dims()[0];
-                let params = b.input(inputs::DRAW, DType::I32, [rows, 2])?;
+                let params = b.input(inputs::DRAW, DType::I32, [rows, 3])?;
                 b.draw(logits, params)?
             }
             _ => b.argmax(logits)?,

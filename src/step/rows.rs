@@ -89,11 +89,11 @@ impl StepInputs {
             let mut params: Vec<i32> = heads()
                 .flat_map(|w| match w {
                     Returns::Draw(d) => d.row(),
-                    _ => [0, 0],
+                    _ => [0; 3],
                 })
                 .collect();
-            params.resize(2 * logits, 0);
-            tensors.push((inputs::DRAW, Tensor::from_i32([logits, 2], &params)?));
+            params.resize(3 * logits, 0);
+            tensors.push((inputs::DRAW, Tensor::from_i32([logits, 3], &params)?));
         }
         Ok(StepInputs {
             phase: match shares.iter().all(|(_, tokens, _)| tokens.len() == 1) {
@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn a_batch_with_a_draw_draws_every_row_and_greedy_ones_at_temperature_zero() {
         let (a, b, c) = ([1], [2], [3]);
-        let draw = DrawSettings::new(0.7, 0xDEAD_BEEF).unwrap();
+        let draw = DrawSettings::new(0.7, 0.05, 0xDEAD_BEEF).unwrap();
         let shares = [
             (4, &a[..], Returns::Draw(draw)),
             (9, &b[..], Returns::Token),
@@ -265,12 +265,10 @@ mod tests {
         assert_eq!(step.pick(), Pick::Draw);
         let params = i32s(&step, inputs::DRAW);
         // Two logits rows padded to the step's bucket of sequences, each its settings.
-        assert_eq!(params.len(), 2 * step.logits());
-        assert_eq!(
-            params[..4],
-            [0.7f32.to_bits() as i32, 0xDEAD_BEEFu32 as i32, 0, 0]
-        );
-        assert!(params[4..].iter().all(|&p| p == 0));
+        assert_eq!(params.len(), 3 * step.logits());
+        let first = [0.7f32.to_bits(), 0.05f32.to_bits(), 0xDEAD_BEEF].map(|w| w as i32);
+        assert_eq!(params[..3], first);
+        assert!(params[3..].iter().all(|&p| p == 0));
         // Without a draw, no settings; with a sequence reading logits, no pick.
         let greedy = StepInputs::new(&shares[1..]).unwrap();
         assert_eq!(greedy.pick(), Pick::Greedy);
@@ -280,7 +278,9 @@ mod tests {
             (9, &b[..], Returns::Logits),
         ];
         assert_eq!(StepInputs::new(&mixed).unwrap().pick(), Pick::Logits);
-        assert!(DrawSettings::new(0.0, 1).is_none() && DrawSettings::new(f32::NAN, 1).is_none());
+        for (t, min_p) in [(0.0, 0.0), (f32::NAN, 0.0), (1.0, 1.5), (1.0, -0.1)] {
+            assert!(DrawSettings::new(t, min_p, 1).is_none(), "{t} {min_p}");
+        }
     }
 
     #[test]

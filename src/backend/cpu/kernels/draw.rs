@@ -129,23 +129,44 @@ fn sanitized_max_body(logits: &[f32]) -> f32 {
 
 wide! {
     /// Each token's weight `e^((l − max)/T)` relative to the best (`max`, the
-    /// [`sanitized_max`]) into `weights`, and their sums by [`BLOCK`]s into `sums`
-    /// (both cleared first), in one pass. Divided, not multiplied by 1/T: a tiny T
-    /// makes 1/T infinite and 0·inf NaN.
-    fn weigh(logits: &[f32], max: f32, t: f32, weights: &mut Vec<f32>, sums: &mut Vec<f32>) = weigh_body;
+    /// [`sanitized_max`]), 0 below `floor` (min-p; 0 for none), into `weights`, and
+    /// their sums by [`BLOCK`]s into `sums` (both cleared first), in one pass. Divided,
+    /// not multiplied by 1/T: a tiny T makes 1/T infinite and 0·inf NaN.
+    fn weigh(
+        logits: &[f32],
+        max: f32,
+        t: f32,
+        floor: f32,
+        weights: &mut Vec<f32>,
+        sums: &mut Vec<f32>
+    ) = weigh_body;
 }
 
 #[inline(always)]
-fn weigh_body(logits: &[f32], max: f32, t: f32, weights: &mut Vec<f32>, sums: &mut Vec<f32>) {
-    // x / 1 is x: the default temperature skips the division, same bits.
-    if t == 1.0 {
-        weigh_by(logits, weights, sums, |l| {
+fn weigh_body(
+    logits: &[f32],
+    max: f32,
+    t: f32,
+    floor: f32,
+    weights: &mut Vec<f32>,
+    sums: &mut Vec<f32>,
+) {
+    // x / 1 is x: the default temperature skips the division, and a floor of 0 keeps
+    // every weight (none is below 0): same bits, less work.
+    let floored = |w: f32| if w < floor { 0.0 } else { w };
+    match (t == 1.0, floor > 0.0) {
+        (true, false) => weigh_by(logits, weights, sums, |l| {
             exp_nonpositive(sanitize(l) - max)
-        });
-    } else {
-        weigh_by(logits, weights, sums, |l| {
+        }),
+        (false, false) => weigh_by(logits, weights, sums, |l| {
             exp_nonpositive((sanitize(l) - max) / t)
-        });
+        }),
+        (true, true) => weigh_by(logits, weights, sums, |l| {
+            floored(exp_nonpositive(sanitize(l) - max))
+        }),
+        (false, true) => weigh_by(logits, weights, sums, |l| {
+            floored(exp_nonpositive((sanitize(l) - max) / t))
+        }),
     }
 }
 
@@ -227,11 +248,13 @@ pub fn unit(bits: u32) -> f64 {
 }
 
 /// The token a whole-vocabulary draw at temperature `t` (> 0) picks from `logits` at
-/// the uniform point `unit(bits)` of the weights' total: `None` when no logit is above
-/// −inf. `weights` and `sums` are scratch, reused between calls.
+/// the uniform point `unit(bits)` of the total of the weights at or above `min_p` (the
+/// best's weight is 1; 0 keeps all): `None` when no logit is above −inf. `weights` and
+/// `sums` are scratch, reused between calls.
 pub fn draw(
     logits: &[f32],
     t: f32,
+    min_p: f32,
     bits: u32,
     weights: &mut Vec<f32>,
     sums: &mut Vec<f32>,
@@ -240,14 +263,15 @@ pub fn draw(
     if max == f32::NEG_INFINITY {
         return None;
     }
-    weigh(logits, max, t, weights, sums);
+    weigh(logits, max, t, min_p, weights, sums);
     let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
     Some(locate(weights, sums, unit(bits) * total))
 }
 
 /// The graph's `Draw`: each `width`-wide row of `x` picked by [`draw`] at its row of
-/// `params` (temperature bits, uniform bits), or by [`super::argmax::greedy`] where the
-/// temperature is 0; -1 for a row with no pick. Rows run in parallel.
+/// `params` (temperature bits, min-p bits, uniform bits), or by
+/// [`super::argmax::greedy`] where the temperature is 0; -1 for a row with no pick. Rows
+/// run in parallel.
 pub(in crate::backend::cpu) fn draw_rows(
     x: &[f32],
     width: usize,
@@ -259,16 +283,16 @@ pub(in crate::backend::cpu) fn draw_rows(
         return Err(BackendError::Input("draw over rows of no values".into()));
     }
     check_len("draw input", x.len(), out.len() * width)?;
-    check_len("draw parameters", params.len(), out.len() * 2)?;
+    check_len("draw parameters", params.len(), out.len() * 3)?;
     x.par_chunks_exact(width)
-        .zip(params.par_chunks_exact(2))
+        .zip(params.par_chunks_exact(3))
         .zip(out.par_iter_mut())
         .for_each_init(
             || (Vec::new(), Vec::new()),
             |(weights, sums), ((row, p), pick)| {
-                let t = f32::from_bits(p[0] as u32);
+                let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
                 let picked = if t > 0.0 {
-                    draw(row, t, p[1] as u32, weights, sums)
+                    draw(row, t, min_p, p[2] as u32, weights, sums)
                 } else {
                     greedy(row)
                 };
@@ -355,12 +379,20 @@ mod tests {
                 .map(|&l| sanitize(l))
                 .fold(f32::NEG_INFINITY, f32::max);
             assert_eq!(sanitized_max(&logits).to_bits(), want_max.to_bits());
-            for t in [1.0, 0.7, 1.3, 1e-30] {
+            for (t, floor) in [
+                (1.0, 0.0),
+                (0.7, 0.0),
+                (1.3, 0.0),
+                (1e-30, 0.0),
+                (1.0, 0.05),
+                (0.8, 0.3),
+            ] {
                 let (mut weights, mut sums) = (Vec::new(), Vec::new());
-                weigh(&logits, want_max, t, &mut weights, &mut sums);
+                weigh(&logits, want_max, t, floor, &mut weights, &mut sums);
                 let want: Vec<u32> = logits
                     .iter()
-                    .map(|&l| exp_nonpositive((sanitize(l) - want_max) / t).to_bits())
+                    .map(|&l| exp_nonpositive((sanitize(l) - want_max) / t))
+                    .map(|w| if w < floor { 0.0f32 } else { w }.to_bits())
                     .collect();
                 let got: Vec<u32> = weights.iter().map(|w| w.to_bits()).collect();
                 assert_eq!(got, want, "weights of {len} at T {t}");

@@ -1,10 +1,10 @@
 // A draw's pick per row (one workgroup of 256 threads a row, the rows folded over
 // `groups_x` workgroups in x): at temperature 0 the greedy pick of the row's chunk
 // bests (argmax.wgsl's rule); else the token at the uniform point bits / 2^32 of the
-// weights' total by inverse CDF, walking the chunks' sums (draw_sums.wgsl), then the
-// 256 spans of 16 logits of the chunk that holds the point, then the logits of the span
-// that holds it. A point past every span (rounding) takes the last token of weight.
-// -1 where every logit is -inf or NaN.
+// total of the weights (0 below min-p) by inverse CDF, walking the chunks' sums
+// (draw_sums.wgsl), then the 256 spans of 16 logits of the chunk that holds the point,
+// then the logits of the span that holds it. A point past every span (rounding) takes
+// the last token of weight. -1 where every logit is -inf or NaN.
 const CHUNK: u32 = 4096u;
 const SPAN: u32 = 16u;
 
@@ -18,7 +18,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> parts: array<vec2<i32>>;
-@group(0) @binding(3) var<storage, read> settings: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> settings: array<u32>;
 @group(0) @binding(4) var<storage, read> sums: array<f32>;
 @group(0) @binding(5) var<storage, read_write> picks: array<i32>;
 
@@ -26,7 +26,7 @@ var<workgroup> spans: array<f32, 256>;
 var<workgroup> chunk_at: u32;
 var<workgroup> point: f32;
 var<workgroup> last_positive: atomic<u32>;
-var<workgroup> shared_settings: vec2<u32>;
+var<workgroup> shared_settings: vec3<u32>;
 var<workgroup> shared_best: i32;
 
 @compute @workgroup_size(256)
@@ -37,12 +37,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // The row's settings and best, read once and shared as workgroup-uniform values,
     // so every thread takes the same branches and reaches the barriers below.
     if (t == 0u) {
-        shared_settings = settings[r];
+        shared_settings = row_settings(r);
         shared_best = row_best(r, p.chunks);
     }
     let s = workgroupUniformLoad(&shared_settings);
     let best_key = workgroupUniformLoad(&shared_best);
     let temperature = bitcast<f32>(s.x);
+    let min_p = bitcast<f32>(s.y);
     if (temperature <= 0.0) {
         // Greedy: argmax.wgsl's pick over the chunk bests.
         var best = 0;
@@ -72,7 +73,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         for (var c = 0u; c < p.chunks; c += 1u) {
             total += sums[r * p.chunks + c];
         }
-        var left = f32(s.y) / 4294967296.0 * total;
+        var left = f32(s.z) / 4294967296.0 * total;
         var found = p.chunks;
         var last = 0u;
         for (var c = 0u; c < p.chunks; c += 1u) {
@@ -100,7 +101,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let end = min(min(first + SPAN, (chunk + 1u) * CHUNK), p.width);
     var mine = 0.0;
     for (var i = first; i < end; i += 1u) {
-        let w = weight(x[r * p.width + i], best, temperature);
+        let w = weight(x[r * p.width + i], best, temperature, min_p);
         mine += w;
         if (w > 0.0) {
             atomicMax(&last_positive, i + 1u);
@@ -126,7 +127,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         var left = target_point - before;
         var pick = end - 1u;
         for (var i = first; i < end; i += 1u) {
-            let w = weight(x[r * p.width + i], best, temperature);
+            let w = weight(x[r * p.width + i], best, temperature, min_p);
             if (w > 0.0) {
                 pick = i;
                 if (left < w) {

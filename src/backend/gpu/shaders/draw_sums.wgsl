@@ -11,7 +11,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> parts: array<vec2<i32>>;
-@group(0) @binding(3) var<storage, read> settings: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> settings: array<u32>;
 @group(0) @binding(4) var<storage, read_write> sums: array<f32>;
 
 var<workgroup> partial: array<f32, 256>;
@@ -19,7 +19,9 @@ var<workgroup> partial: array<f32, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let row = wg.y;
-    let temperature = bitcast<f32>(settings[row].x);
+    let s = row_settings(row);
+    let temperature = bitcast<f32>(s.x);
+    let min_p = bitcast<f32>(s.y);
     let best_key = row_best(row, p.chunks);
     // A greedy row, or one with nothing above -inf, draws nothing.
     let live = temperature > 0.0 && best_key != total_key(0xff800000u);
@@ -29,7 +31,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let start = wg.x * CHUNK;
         let end = min(start + CHUNK, p.width);
         for (var i = start + t; i < end; i += 256u) {
-            sum += weight(x[row * p.width + i], best, temperature);
+            sum += weight(x[row * p.width + i], best, temperature, min_p);
         }
     }
     partial[t] = sum;

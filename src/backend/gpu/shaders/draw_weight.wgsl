@@ -1,6 +1,7 @@
 // A draw's arithmetic, shared by draw_sums.wgsl and draw_pick.wgsl: a logit's weight
-// e^((l − max)/T) relative to its row's best, as the CPU's `draw` computes it (NaN is
-// never chosen, +inf counts as the largest finite value), and the row's best value
+// e^((l − max)/T) relative to its row's best, 0 below min-p, as the CPU's `draw`
+// computes it (NaN is never chosen, +inf counts as the largest finite value), each
+// row's settings (temperature, min-p, random bits: three words a row), and its best value
 // from the chunk bests argmax_part.wgsl wrote (their total-order keys turned back into
 // values).
 
@@ -23,8 +24,13 @@ fn exp_nonpositive(x: f32) -> f32 {
 }
 
 // The weight of the logit with bits `bits` in a row whose best is `best` (finite), at
-// temperature `t` (> 0): 0 for NaN and -inf.
-fn weight(bits: u32, best: f32, t: f32) -> f32 {
+// temperature `t` (> 0), 0 below `min_p` (0 for none), and 0 for NaN and -inf.
+fn weight(bits: u32, best: f32, t: f32, min_p: f32) -> f32 {
+    let w = unfloored(bits, best, t);
+    return select(w, 0.0, w < min_p);
+}
+
+fn unfloored(bits: u32, best: f32, t: f32) -> f32 {
     let magnitude = bits & 0x7fffffffu;
     if (magnitude > 0x7f800000u || bits == 0xff800000u) {
         return 0.0;
@@ -52,4 +58,9 @@ fn row_best(row: u32, chunks: u32) -> i32 {
         best = max(best, parts[row * chunks + c].x);
     }
     return best;
+}
+
+// Row `row`'s settings: temperature, min-p (as f32 bits) and the random bits.
+fn row_settings(row: u32) -> vec3<u32> {
+    return vec3<u32>(settings[3u * row], settings[3u * row + 1u], settings[3u * row + 2u]);
 }
