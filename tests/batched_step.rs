@@ -11,7 +11,9 @@ use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::decode::sampler::{Sampler, SamplerConfig};
 use switchyard::decode::{generate, GenerateOptions};
 use switchyard::model::{fetch, Model};
-use switchyard::step::{DrawSettings, Returned, Returns, Runner, Sequence, Work, PREFILL_CHUNK};
+use switchyard::step::{
+    DrawSettings, Returned, Returns, Runner, Sequence, StepOutput, Work, PREFILL_CHUNK,
+};
 
 const STEPS: usize = 20;
 
@@ -285,33 +287,14 @@ fn greedy_steps_return_the_greedy_pick_of_the_logits() {
     let mut next: Vec<Vec<u32>> = prompts.to_vec();
     for step in 0..4 {
         let mixed = step == 2;
-        let mut work: Vec<Work<'_>> = logits_seqs
-            .iter_mut()
-            .zip(&next)
-            .map(|(seq, tokens)| Work {
-                seq,
-                tokens,
-                returns: Returns::Logits,
+        let logits = step_all(&mut runner, &mut logits_seqs, &next, &[Returns::Logits; 3]);
+        let heads: Vec<Returns> = (0..3)
+            .map(|i| match mixed && i == 1 {
+                true => Returns::Logits,
+                false => Returns::Token,
             })
             .collect();
-        let logits = runner.forward_batch(&mut work).unwrap();
-        drop(work);
-        let mut work: Vec<Work<'_>> = token_seqs
-            .iter_mut()
-            .zip(&next)
-            .enumerate()
-            .map(|(i, (seq, tokens))| Work {
-                seq,
-                tokens,
-                returns: if mixed && i == 1 {
-                    Returns::Logits
-                } else {
-                    Returns::Token
-                },
-            })
-            .collect();
-        let tokens = runner.forward_batch(&mut work).unwrap();
-        drop(work);
+        let tokens = step_all(&mut runner, &mut token_seqs, &next, &heads);
         assert_eq!(tokens.len(), prompts.len());
         for (i, (l, t)) in logits.iter().zip(tokens.iter()).enumerate() {
             let Returned::Logits(l) = l else {
@@ -343,6 +326,26 @@ fn greedy_steps_return_the_greedy_pick_of_the_logits() {
     let alone = runner.forward_greedy(&mut a, &prompts[0]).unwrap();
     let logits = runner.forward(&mut b, &prompts[0]).unwrap();
     assert_eq!(alone, greedy(&logits).map(|t| t as u32));
+}
+
+/// One batched step of `seqs`, each fed its `next` tokens and asking for its `heads`.
+fn step_all(
+    runner: &mut Runner,
+    seqs: &mut [Sequence],
+    next: &[Vec<u32>],
+    heads: &[Returns],
+) -> StepOutput {
+    let mut work: Vec<Work<'_>> = seqs
+        .iter_mut()
+        .zip(next)
+        .zip(heads)
+        .map(|((seq, tokens), &returns)| Work {
+            seq,
+            tokens,
+            returns,
+        })
+        .collect();
+    runner.forward_batch(&mut work).unwrap()
 }
 
 /// Steps that draw their tokens (the graph's `Draw` after the head, min-p or not)
@@ -382,29 +385,8 @@ fn drawn_steps_return_the_draw_of_the_logits() {
                 DrawSettings::new(t, min_p, bits()).map_or(Returns::Token, Returns::Draw)
             })
             .collect();
-        let mut work: Vec<Work<'_>> = logits_seqs
-            .iter_mut()
-            .zip(&next)
-            .map(|(seq, tokens)| Work {
-                seq,
-                tokens,
-                returns: Returns::Logits,
-            })
-            .collect();
-        let logits = runner.forward_batch(&mut work).unwrap();
-        drop(work);
-        let mut work: Vec<Work<'_>> = drawn_seqs
-            .iter_mut()
-            .zip(&next)
-            .zip(&heads)
-            .map(|((seq, tokens), &returns)| Work {
-                seq,
-                tokens,
-                returns,
-            })
-            .collect();
-        let picked = runner.forward_batch(&mut work).unwrap();
-        drop(work);
+        let logits = step_all(&mut runner, &mut logits_seqs, &next, &[Returns::Logits; 4]);
+        let picked = step_all(&mut runner, &mut drawn_seqs, &next, &heads);
         for (i, ((l, t), head)) in logits.iter().zip(picked.iter()).zip(&heads).enumerate() {
             let (Returned::Logits(l), Returned::Token(got)) = (l, t) else {
                 panic!("step {step}: logits and tokens expected")

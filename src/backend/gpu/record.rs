@@ -239,22 +239,9 @@ pub(super) fn record_node(
             )?]
         }
         Op::Argmax => {
-            let x = arg(0)?;
-            let width = x.shape.last();
-            if width == 0 || x.dtype != DType::F32 {
-                return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
-            }
             // Two passes: many workgroups find each chunk's best, one a row the pick.
-            let rows = word("rows", x.shape.numel() / width)?;
-            let chunks = word("argmax chunks", width.div_ceil(kernels::ARGMAX_CHUNK))?;
-            let parts = gpu.storage("argmax parts", 8 * rows as usize * chunks as usize);
-            let part = dispatch(
-                gpu,
-                &Source::fixed("argmax", kernels::ARGMAX_PART),
-                &[word("width", width)?, chunks],
-                &[&x.buffer, &parts],
-                [chunks, rows, 1],
-            )?;
+            let bests = ChunkBests::record(gpu, arg(0)?, "argmax", unsupported)?;
+            let (rows, chunks) = (bests.rows, bests.chunks);
             let (gx, gy) = fold(gpu, rows);
             let pick = dispatch(
                 gpu,
@@ -264,39 +251,23 @@ pub(super) fn record_node(
                     wgsl: kernels::ARGMAX.into(),
                 },
                 &[chunks, rows, gx],
-                &[&parts, out],
+                &[&bests.parts, out],
                 [gx, gy, 1],
             )?;
-            vec![part, pick]
+            vec![bests.dispatch, pick]
         }
         Op::Draw => {
+            // Three passes: each chunk's best (argmax's first), each chunk's sum of
+            // weights, then one workgroup a row walks the sums to its token.
             let (x, settings) = (arg(0)?, arg(1)?);
-            let width = x.shape.last();
-            if width == 0 || x.dtype != DType::F32 {
-                return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
-            }
-            // Three passes: each chunk's best (argmax's first pass), each chunk's sum
-            // of weights, then one workgroup a row walks the sums to its token.
-            let rows = word("rows", x.shape.numel() / width)?;
-            let chunks = word("draw chunks", width.div_ceil(kernels::ARGMAX_CHUNK))?;
-            let parts = gpu.storage("draw parts", 8 * rows as usize * chunks as usize);
+            let bests = ChunkBests::record(gpu, x, "draw", unsupported)?;
+            let (rows, chunks, width) = (bests.rows, bests.chunks, bests.width);
             let sums = gpu.storage("draw sums", 4 * rows as usize * chunks as usize);
-            let part = dispatch(
-                gpu,
-                &Source {
-                    kind: "draw",
-                    name: "argmax".into(),
-                    wgsl: kernels::ARGMAX_PART.into(),
-                },
-                &[word("width", width)?, chunks],
-                &[&x.buffer, &parts],
-                [chunks, rows, 1],
-            )?;
             let sum = dispatch(
                 gpu,
                 &Source::fixed("draw", kernels::DRAW_SUMS),
-                &[word("width", width)?, chunks],
-                &[&x.buffer, &parts, &settings.buffer, &sums],
+                &[width, chunks],
+                &[&x.buffer, &bests.parts, &settings.buffer, &sums],
                 [chunks, rows, 1],
             )?;
             let (gx, gy) = fold(gpu, rows);
@@ -307,11 +278,11 @@ pub(super) fn record_node(
                     name: "draw_pick".into(),
                     wgsl: kernels::DRAW_PICK.into(),
                 },
-                &[word("width", width)?, chunks, rows, gx],
-                &[&x.buffer, &parts, &settings.buffer, &sums, out],
+                &[width, chunks, rows, gx],
+                &[&x.buffer, &bests.parts, &settings.buffer, &sums, out],
                 [gx, gy, 1],
             )?;
-            vec![part, sum, pick]
+            vec![bests.dispatch, sum, pick]
         }
         other => {
             return Err(unsupported(format!(
@@ -320,6 +291,55 @@ pub(super) fn record_node(
             )))
         }
     })
+}
+
+/// The first pass of `Argmax` and `Draw`: each 4,096-logit chunk's best (total-order
+/// key, index) of every row of `x`, into a buffer made here.
+struct ChunkBests {
+    rows: u32,
+    chunks: u32,
+    width: u32,
+    parts: wgpu::Buffer,
+    dispatch: Dispatch,
+}
+
+impl ChunkBests {
+    /// Records the pass over `x`'s rows of f32 logits, its dispatch counted as `kind`;
+    /// other logits are refused through `unsupported`.
+    fn record(
+        gpu: &Gpu,
+        x: &Operand,
+        kind: &'static str,
+        unsupported: impl Fn(String) -> BackendError,
+    ) -> Result<ChunkBests, BackendError> {
+        let width = x.shape.last();
+        if width == 0 || x.dtype != DType::F32 {
+            return Err(unsupported(format!("logits {} of {}", x.shape, x.dtype)));
+        }
+        let rows = word("rows", x.shape.numel() / width)?;
+        let chunks = word("logit chunks", width.div_ceil(kernels::ARGMAX_CHUNK))?;
+        let width = word("width", width)?;
+        let parts = gpu.storage("chunk bests", 8 * rows as usize * chunks as usize);
+        let source = Source {
+            kind,
+            name: "argmax".into(),
+            wgsl: kernels::ARGMAX_PART.into(),
+        };
+        let dispatch = dispatch(
+            gpu,
+            &source,
+            &[width, chunks],
+            &[&x.buffer, &parts],
+            [chunks, rows, 1],
+        )?;
+        Ok(ChunkBests {
+            rows,
+            chunks,
+            width,
+            parts,
+            dispatch,
+        })
+    }
 }
 
 /// Bytes of the 8-bit activations of `x` (blocks of 32 along its last axis).

@@ -112,22 +112,12 @@ fn print_steps(test: &str, backend: &str, steps: &RowsProfile) {
     let share = |nanos: u64| 100.0 * nanos as f64 / steps.nanos.max(1) as f64;
     for op in &steps.ops {
         let calls = op.calls.max(1) as f64;
-        let gb_s = if op.label.weight_bytes > 0 && op.nanos > 0 {
-            format!(
-                "{:.1}",
-                op.label.weight_bytes as f64 * op.calls as f64 / op.nanos as f64
-            )
-        } else {
-            String::new()
+        // Per nanosecond of the op: GB/s of weights, GMAC/s of products.
+        let rate = |per_call: u64| match (per_call, op.nanos) {
+            (0, _) | (_, 0) => String::new(),
+            _ => format!("{:.1}", per_call as f64 * op.calls as f64 / op.nanos as f64),
         };
-        let gmac_s = if op.label.macs > 0 && op.nanos > 0 {
-            format!(
-                "{:.1}",
-                op.label.macs as f64 * op.calls as f64 / op.nanos as f64
-            )
-        } else {
-            String::new()
-        };
+        let (gb_s, gmac_s) = (rate(op.label.weight_bytes), rate(op.label.macs));
         println!(
             "| {:<36} | {:>10.1} | {:>10.2} | {:>5.1}% | {:>7} | {:>7} |",
             op.label.op,

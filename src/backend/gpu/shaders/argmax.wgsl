@@ -18,17 +18,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (row >= p.rows) {
         return;
     }
-    var best = 0;
-    var at = NONE;
-    for (var c = t; c < p.chunks; c += 256u) {
-        let part = parts[row * p.chunks + c];
-        if (beats(part.x, bitcast<u32>(part.y), best, at)) {
-            best = part.x;
-            at = bitcast<u32>(part.y);
-        }
-    }
-    reduce_best(t, best, at);
+    let pick = greedy_of_parts(t, row, p.chunks);
     if (t == 0u) {
-        picks[row] = select(i32(ids[0]), -1, keys[0] == total_key(0xff800000u));
+        picks[row] = pick;
     }
 }

@@ -1,7 +1,8 @@
-// The greedy rule's comparison, shared by argmax_part.wgsl and argmax.wgsl: logits are
-// read as bits and compared as total-order keys after NaN -> -inf and +inf -> the
-// largest finite value, ties to the lowest index (the CPU's `greedy` rule). A workgroup
-// of 256 threads reduces its candidates in `keys`/`ids`; `NONE` is "no index yet".
+// The greedy rule's comparison, shared by argmax_part.wgsl, argmax.wgsl and the draw's
+// kernels (each declares `parts`, the chunks' bests): logits are read as bits and
+// compared as total-order keys after NaN -> -inf and +inf -> the largest finite value,
+// ties to the lowest index (the CPU's `greedy` rule). A workgroup of 256 threads
+// reduces its candidates in `keys`/`ids`; `NONE` is "no index yet".
 const NONE: u32 = 0xffffffffu;
 
 var<workgroup> keys: array<i32, 256>;
@@ -38,4 +39,21 @@ fn reduce_best(t: u32, best: i32, at: u32) {
         }
         workgroupBarrier();
     }
+}
+
+// Row `row`'s greedy pick from its `chunks` chunk bests in `parts`, -1 where every
+// logit is -inf or NaN (the same in every thread). Every thread must call it, in
+// uniform control flow.
+fn greedy_of_parts(t: u32, row: u32, chunks: u32) -> i32 {
+    var best = 0;
+    var at = NONE;
+    for (var c = t; c < chunks; c += 256u) {
+        let part = parts[row * chunks + c];
+        if (beats(part.x, bitcast<u32>(part.y), best, at)) {
+            best = part.x;
+            at = bitcast<u32>(part.y);
+        }
+    }
+    reduce_best(t, best, at);
+    return select(i32(ids[0]), -1, keys[0] == total_key(0xff800000u));
 }

@@ -46,18 +46,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let min_p = bitcast<f32>(s.y);
     if (temperature <= 0.0) {
         // Greedy: argmax.wgsl's pick over the chunk bests.
-        var best = 0;
-        var at = NONE;
-        for (var c = t; c < p.chunks; c += 256u) {
-            let part = parts[r * p.chunks + c];
-            if (beats(part.x, bitcast<u32>(part.y), best, at)) {
-                best = part.x;
-                at = bitcast<u32>(part.y);
-            }
-        }
-        reduce_best(t, best, at);
+        let pick = greedy_of_parts(t, r, p.chunks);
         if (t == 0u && live_row) {
-            picks[r] = select(i32(ids[0]), -1, keys[0] == total_key(0xff800000u));
+            picks[r] = pick;
         }
         return;
     }
