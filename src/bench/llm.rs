@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::stats::Summary;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::ModelError;
-use crate::step::{Returned, Returns, Runner, Work};
+use crate::step::{DrawSettings, Returned, Returns, Runner, Work};
 
 /// Prompt length before the decode steps of a `tg` test.
 pub const TG_PROMPT_TOKENS: usize = 128;
@@ -113,6 +113,7 @@ pub fn run_test(
     prompt: &[u32],
     test: BenchTest,
     reps: usize,
+    decode: Decode,
     on_rep: &mut dyn FnMut(),
 ) -> Result<TestResult, ModelError> {
     if reps == 0 {
@@ -138,8 +139,10 @@ pub fn run_test(
     for rep in 0..=reps {
         let seconds = match test {
             BenchTest::Prompt(_) => time_prompt(runner, prompt)?,
-            BenchTest::Generate(n) => time_generation(runner, prompt, n)?,
-            BenchTest::Batch { steps, sequences } => time_batch(runner, prompt, steps, sequences)?,
+            BenchTest::Generate(n) => time_generation(runner, prompt, n, decode)?,
+            BenchTest::Batch { steps, sequences } => {
+                time_batch(runner, prompt, steps, sequences, decode)?
+            }
         };
         if rep > 0 {
             tok_s.push(test.tokens() as f64 / seconds.max(f64::MIN_POSITIVE));
@@ -164,25 +167,66 @@ fn time_prompt(runner: &mut Runner, prompt: &[u32]) -> Result<f64, ModelError> {
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Seconds for `steps` greedy decode steps after prefilling `prompt` (not timed), each
-/// returning only its token, as greedy generation runs (decision 147).
-fn time_generation(runner: &mut Runner, prompt: &[u32], steps: usize) -> Result<f64, ModelError> {
+/// How a decode test picks each step's token: greedily (temperature 0, as
+/// `llama-bench`), or drawn at a temperature where the logits are computed (decision
+/// 196), from random bits of a fixed seed so runs (and each repetition) repeat.
+#[derive(Clone, Copy, Debug)]
+pub struct Decode {
+    temperature: f32,
+    state: u64,
+}
+
+impl Decode {
+    /// Picks at `temperature` (0: greedy); `None` unless it is finite and at least 0.
+    pub fn at(temperature: f32) -> Option<Decode> {
+        (temperature.is_finite() && temperature >= 0.0).then_some(Decode {
+            temperature,
+            state: 0x9E37_79B9_7F4A_7C15,
+        })
+    }
+
+    /// The temperature.
+    pub fn temperature(&self) -> f32 {
+        self.temperature
+    }
+
+    /// What the next step returns: the greedy token, or one drawn with the next bits.
+    fn head(&mut self) -> Returns {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        DrawSettings::new(self.temperature, 0.0, (self.state >> 32) as u32)
+            .map_or(Returns::Token, Returns::Draw)
+    }
+}
+
+/// Seconds for `steps` decode steps after prefilling `prompt` (not timed), each
+/// returning only its token (greedy, or drawn: `decode`), as generation runs
+/// (decisions 147, 196).
+fn time_generation(
+    runner: &mut Runner,
+    prompt: &[u32],
+    steps: usize,
+    mut decode: Decode,
+) -> Result<f64, ModelError> {
     let mut seq = runner.new_sequence()?;
-    let mut token = picked(runner.forward_greedy(&mut seq, prompt)?)?;
+    let mut token = picked(runner.forward_token(&mut seq, prompt, decode.head())?)?;
     let start = Instant::now();
     for _ in 0..steps {
-        token = picked(runner.forward_greedy(&mut seq, &[token])?)?;
+        token = picked(runner.forward_token(&mut seq, &[token], decode.head())?)?;
     }
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Seconds for `steps` greedy decode steps of `sequences` sequences stepped together,
-/// after prefilling `prompt` into each (not timed).
+/// Seconds for `steps` decode steps of `sequences` sequences stepped together (each
+/// returning only its token, as `decode` picks it), after prefilling `prompt` into
+/// each (not timed).
 fn time_batch(
     runner: &mut Runner,
     prompt: &[u32],
     steps: usize,
     sequences: usize,
+    mut decode: Decode,
 ) -> Result<f64, ModelError> {
     let mut seqs = Vec::with_capacity(sequences);
     let mut next = Vec::with_capacity(sequences);
@@ -199,7 +243,7 @@ fn time_batch(
             .map(|(seq, tokens)| Work {
                 seq,
                 tokens,
-                returns: Returns::Token,
+                returns: decode.head(),
             })
             .collect();
         let output = runner.forward_batch(&mut work)?;

@@ -12,7 +12,7 @@ use switchyard::backend::KvDType;
 
 use switchyard::bench::bandwidth::{BandwidthProbe, PASSES_PER_PROBE, PROBE_BYTES};
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
-use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, TestResult};
+use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, Decode, TestResult};
 use switchyard::bench::tensor_mix::TensorMix;
 
 use crate::bench_arms;
@@ -56,6 +56,16 @@ pub struct BenchArgs {
         allow_negative_numbers = true
     )]
     batch: Vec<usize>,
+    /// Draw each decode step's token at this temperature, on the device that computed
+    /// the logits as the server's default sampling does (0: greedy, as llama-bench).
+    /// The random bits come from a fixed seed, so runs repeat.
+    #[arg(
+        long,
+        value_name = "T",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    temperature: f32,
     /// Timed repetitions of each test, after one warm-up.
     #[arg(
         long,
@@ -123,6 +133,8 @@ struct Report {
     backends: String,
     threads: usize,
     reps: usize,
+    /// The decode tests' sampling temperature (0: greedy).
+    temperature: f32,
     results: Vec<TestResult>,
     /// Weight bytes read per decode step × the median tok/s of the `tg` test, GB/s.
     decode_read_gb_s: Option<f64>,
@@ -219,6 +231,15 @@ fn check_flags(args: &BenchArgs) -> Result<()> {
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
     check_flags(args)?;
+    let decode = Decode::at(args.temperature).with_context(|| {
+        format!(
+            "--temperature {} is not a temperature: use a finite number of at least 0",
+            args.temperature
+        )
+    })?;
+    if args.temperature > 0.0 && (!args.arms.is_empty() || args.shape.grammar()?.is_some()) {
+        bail!("--temperature draws the plain tg tests' tokens and cannot be combined with --arms or a grammar");
+    }
     if let Some(grammar) = args.shape.grammar()? {
         if !args.arms.is_empty() || args.profile {
             bail!("a grammar times constrained decode steps and cannot be combined with --arms or --profile");
@@ -322,6 +343,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &prompt,
             test,
             args.reps,
+            decode,
             &mut || {
                 progress.inc(1);
                 if let Some(probe) = probe.as_mut().filter(|_| probing) {
@@ -335,7 +357,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     progress.finish_and_clear();
     let (profile, sampling) = if args.profile {
         (
-            Some(bench_profile::profile_tests(&mut runner, &prompt, &tests)?),
+            Some(bench_profile::profile_tests(
+                &mut runner,
+                &prompt,
+                &tests,
+                decode,
+            )?),
             Some(bench_profile::sampling_shares(
                 &mut runner,
                 &prompt,
@@ -368,6 +395,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         backends: backend_list(&runner),
         threads,
         reps: args.reps,
+        temperature: args.temperature,
         results,
         decode_read_gb_s,
         read_bandwidth: probe.as_ref().and_then(|p| {
@@ -479,11 +507,15 @@ fn print_table(report: &Report) {
     let rss = report.peak_rss_bytes.map_or_else(|| "n/a".into(), mib);
     println!(
         "\npeak RSS {rss}; model {} + KV {} ({} positions); {} reps after a warm-up; \
-         switchyard {} ({})",
+         decode {}; switchyard {} ({})",
         mib(report.model.file_bytes),
         mib(report.model.kv_bytes as u64),
         report.model.ctx,
         report.reps,
+        match report.temperature {
+            0.0 => "greedy".to_string(),
+            t => format!("drawn at temperature {t}"),
+        },
         report.env.version,
         report.env.git_commit
     );

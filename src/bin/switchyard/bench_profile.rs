@@ -13,7 +13,7 @@
 use anyhow::{bail, Result};
 use serde::Serialize;
 use switchyard::backend::RowsProfile;
-use switchyard::bench::llm::{run_test, BenchTest, TestResult};
+use switchyard::bench::llm::{run_test, BenchTest, Decode, TestResult};
 use switchyard::bench::sampling::{default_sampling_cost, SamplingCost, SAMPLING_REPS};
 use switchyard::step::Runner;
 
@@ -34,6 +34,7 @@ pub fn profile_tests(
     runner: &mut Runner,
     prompt: &[u32],
     tests: &[BenchTest],
+    decode: Decode,
 ) -> Result<Vec<TestProfile>> {
     let timing: Vec<_> = runner
         .backends()
@@ -55,7 +56,7 @@ pub fn profile_tests(
             profile.take();
             profile.set_enabled(true);
         }
-        let result = run_test(runner, prompt, test, 1, &mut || {});
+        let result = run_test(runner, prompt, test, 1, decode, &mut || {});
         // Off again before a failure propagates.
         for (_, profile) in profiles() {
             profile.set_enabled(false);
