@@ -348,7 +348,8 @@ impl<'t> Decoding<'t> {
 
     /// Takes what the step after the last token fed to the sequence (the prompt's last
     /// at first) returned: its logits, from which `sampler` picks a token, or, when
-    /// [`Decoding::greedy_only`], the greedy token itself. Streams the token's text
+    /// [`Decoding::head`] asked for it, the token picked where the logits were
+    /// computed (greedy or drawn). Streams the token's text
     /// (with its log-probability when asked), and returns it when it must be fed for
     /// another step, or `None` when the generation has ended.
     pub fn accept(
