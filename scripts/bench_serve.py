@@ -303,9 +303,7 @@ async def main():
             print(f"{name}: the same scored prompt alone twice: {1e3 * repeat['first_s']:.0f} ms, "
                   f"then {1e3 * repeat['second_s']:.0f} ms; prefix cache hits "
                   f"+{repeat['prefix_hits']:.0f}")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(out, f, indent=1)
+        write_json(args.json, out)
         return
     # One short request each first: compiles and warms caches outside the measurement.
     for _, url in servers:
@@ -324,9 +322,14 @@ async def main():
         print(f"{r['server']:<14}{r['concurrency']:>5}{r['requests']:>6}{r['tok_s']:>9.1f}"
               f"{t['p50']:>10.0f}{t['p99']:>8.0f}{t['mean']:>8.0f}"
               f"{i['p50']:>9.1f}{i['p99']:>8.1f}{i['mean']:>8.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
+
+
+def write_json(path, data):
+    """`data` as JSON into `path` (`--json`), when one was given."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(data, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -376,7 +376,7 @@ fn drawn_steps_return_the_draw_of_the_logits() {
             .collect()
     };
     let (mut logits_seqs, mut drawn_seqs) = (new_seqs(&mut runner), new_seqs(&mut runner));
-    let (mut weights, mut sums) = (Vec::new(), Vec::new());
+    let mut sums = Vec::new();
     let mut next: Vec<Vec<u32>> = prompts.to_vec();
     for step in 0..4 {
         let heads: Vec<Returns> = settings
@@ -392,14 +392,7 @@ fn drawn_steps_return_the_draw_of_the_logits() {
                 panic!("step {step}: logits and tokens expected")
             };
             let expected = match head {
-                Returns::Draw(d) => draw(
-                    l,
-                    d.temperature(),
-                    d.min_p(),
-                    d.bits(),
-                    &mut weights,
-                    &mut sums,
-                ),
+                Returns::Draw(d) => draw(l, d.temperature(), d.min_p(), d.bits(), &mut sums),
                 _ => greedy(l),
             }
             .map(|t| t as u32);
@@ -416,7 +409,7 @@ fn drawn_steps_return_the_draw_of_the_logits() {
         .forward_token(&mut a, &prompts[0], Returns::Draw(settings))
         .unwrap();
     let logits = runner.forward(&mut b, &prompts[0]).unwrap();
-    let expected = draw(&logits, 0.9, 0.1, 0x8000_0001, &mut weights, &mut sums);
+    let expected = draw(&logits, 0.9, 0.1, 0x8000_0001, &mut sums);
     assert_eq!(alone, expected.map(|t| t as u32));
 }
 

@@ -285,7 +285,7 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
     for seq in &mut seqs {
         on_gpu.forward_greedy(seq, &prompt).unwrap();
     }
-    let (mut weights, mut sums) = (Vec::new(), Vec::new());
+    let mut sums = Vec::new();
     let mut before = DeviceCounters::default();
     for (i, &t) in decode.iter().enumerate() {
         if i == 1 {
@@ -318,7 +318,6 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
                 d.temperature(),
                 d.min_p(),
                 d.bits(),
-                &mut weights,
                 &mut sums,
             );
             assert_eq!(

@@ -290,7 +290,7 @@ impl Sampler {
         );
         if top_p >= 1.0 {
             let bits = self.take_bits();
-            return draw(logits, t, min_p, bits, &mut self.weights, &mut self.blocks)
+            return draw(logits, t, min_p, bits, &mut self.blocks)
                 .map(|id| id as u32)
                 .ok_or(SamplerError::NoCandidates(logits.len()));
         }

@@ -151,8 +151,32 @@ fn weigh_body(
     weights: &mut Vec<f32>,
     sums: &mut Vec<f32>,
 ) {
+    weigh_into(logits, max, t, floor, Some(weights), sums)
+}
+
+wide! {
+    /// [`weigh`]'s block sums alone, the weights not kept: what a plain draw needs
+    /// before it recomputes the weights of the one block its point falls in.
+    fn sum_weights(logits: &[f32], max: f32, t: f32, floor: f32, sums: &mut Vec<f32>) = sum_weights_body;
+}
+
+#[inline(always)]
+fn sum_weights_body(logits: &[f32], max: f32, t: f32, floor: f32, sums: &mut Vec<f32>) {
+    weigh_into(logits, max, t, floor, None, sums)
+}
+
+/// [`weigh`], keeping the weights only where `weights` is given.
+#[inline(always)]
+fn weigh_into(
+    logits: &[f32],
+    max: f32,
+    t: f32,
+    floor: f32,
+    weights: Option<&mut Vec<f32>>,
+    sums: &mut Vec<f32>,
+) {
     // x / 1 is x: the default temperature skips the division, and a floor of 0 keeps
-    // every weight (none is below 0): same bits, less work.
+    // every weight (none is below 0): same bits as [`weight_of`], less work.
     let floored = |w: f32| if w < floor { 0.0 } else { w };
     match (t == 1.0, floor > 0.0) {
         (true, false) => weigh_by(logits, weights, sums, |l| {
@@ -170,16 +194,29 @@ fn weigh_body(
     }
 }
 
+/// One logit's weight as [`weigh`] computes it, token by token.
+#[inline(always)]
+fn weight_of(l: f32, max: f32, t: f32, floor: f32) -> f32 {
+    let w = exp_nonpositive((sanitize(l) - max) / t);
+    if w < floor {
+        0.0
+    } else {
+        w
+    }
+}
+
 /// [`weigh`]'s pass with the weight of a logit given.
 #[inline(always)]
 fn weigh_by(
     logits: &[f32],
-    weights: &mut Vec<f32>,
+    mut weights: Option<&mut Vec<f32>>,
     sums: &mut Vec<f32>,
     weight: impl Fn(f32) -> f32,
 ) {
-    weights.clear();
-    weights.reserve(logits.len());
+    if let Some(w) = weights.as_deref_mut() {
+        w.clear();
+        w.reserve(logits.len());
+    }
     sums.clear();
     // Each block is computed into a buffer and copied out (`Vec::extend` is a call,
     // not compiled for the caller's vectors), its sum taken in registers on the way
@@ -202,43 +239,51 @@ fn weigh_by(
             tail += *w;
         }
         sums.push(lanes.iter().sum::<f32>() + tail);
-        weights.extend_from_slice(buf);
+        if let Some(w) = weights.as_deref_mut() {
+            w.extend_from_slice(buf);
+        }
     }
 }
 
 /// The token at `r` (in `[0, Σ sums)`) of the cumulative `weights` whose block sums
 /// are `sums`: the block whose span holds `r`, then the token within it. Where the
 /// sums' rounding puts `r` past every span, the last token of weight is taken.
-pub fn locate(weights: &[f32], sums: &[f32], mut r: f64) -> usize {
+pub fn locate(weights: &[f32], sums: &[f32], r: f64) -> usize {
+    let (b, r) = locate_block(sums, r);
+    let start = b * BLOCK;
+    start + within(&weights[start..weights.len().min(start + BLOCK)], r)
+}
+
+/// The block of `sums` whose span holds `r`, and `r` into it; where rounding puts `r`
+/// past every span, the last block of weight and an infinite `r`.
+fn locate_block(sums: &[f32], mut r: f64) -> (usize, f64) {
     let mut last = 0;
     for (b, &s) in sums.iter().enumerate() {
         let s = f64::from(s);
         if r < s {
-            return within(weights, b, r);
+            return (b, r);
         }
         r -= s;
         if s > 0.0 {
             last = b;
         }
     }
-    within(weights, last, f64::INFINITY)
+    (last, f64::INFINITY)
 }
 
-/// The token of block `b` at `r` into the block's weight; its last token of weight
-/// where `r` reaches past them.
-fn within(weights: &[f32], b: usize, mut r: f64) -> usize {
-    let start = b * BLOCK;
-    let block = &weights[start..weights.len().min(start + BLOCK)];
+/// The token of `block` at `r` into its weight; its last token of weight where `r`
+/// reaches past them.
+fn within(block: &[f32], mut r: f64) -> usize {
     let mut last = 0;
     for (i, &w) in block.iter().enumerate().filter(|&(_, &w)| w > 0.0) {
         let w = f64::from(w);
         if r < w {
-            return start + i;
+            return i;
         }
         r -= w;
         last = i;
     }
-    start + last
+    last
 }
 
 /// A draw's uniform point in `[0, 1)` from 32 random bits: what the sampler's RNG
@@ -249,23 +294,24 @@ pub fn unit(bits: u32) -> f64 {
 
 /// The token a whole-vocabulary draw at temperature `t` (> 0) picks from `logits` at
 /// the uniform point `unit(bits)` of the total of the weights at or above `min_p` (the
-/// best's weight is 1; 0 keeps all): `None` when no logit is above −inf. `weights` and
-/// `sums` are scratch, reused between calls.
-pub fn draw(
-    logits: &[f32],
-    t: f32,
-    min_p: f32,
-    bits: u32,
-    weights: &mut Vec<f32>,
-    sums: &mut Vec<f32>,
-) -> Option<usize> {
+/// best's weight is 1; 0 keeps all): `None` when no logit is above −inf. Only the
+/// block sums are kept (`sums`, scratch reused between calls); the weights of the one
+/// block the point falls in are computed again, to the same bits.
+pub fn draw(logits: &[f32], t: f32, min_p: f32, bits: u32, sums: &mut Vec<f32>) -> Option<usize> {
     let max = sanitized_max(logits);
     if max == f32::NEG_INFINITY {
         return None;
     }
-    weigh(logits, max, t, min_p, weights, sums);
+    sum_weights(logits, max, t, min_p, sums);
     let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
-    Some(locate(weights, sums, unit(bits) * total))
+    let (b, r) = locate_block(sums, unit(bits) * total);
+    let start = b * BLOCK;
+    let block = &logits[start..logits.len().min(start + BLOCK)];
+    let mut weights = [0f32; BLOCK];
+    for (w, &l) in weights.iter_mut().zip(block) {
+        *w = weight_of(l, max, t, min_p);
+    }
+    Some(start + within(&weights[..block.len()], r))
 }
 
 /// The graph's `Draw`: each `width`-wide row of `x` picked by [`draw`] at its row of
@@ -287,18 +333,15 @@ pub(in crate::backend::cpu) fn draw_rows(
     x.par_chunks_exact(width)
         .zip(params.par_chunks_exact(3))
         .zip(out.par_iter_mut())
-        .for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(weights, sums), ((row, p), pick)| {
-                let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
-                let picked = if t > 0.0 {
-                    draw(row, t, min_p, p[2] as u32, weights, sums)
-                } else {
-                    greedy(row)
-                };
-                *pick = picked.map_or(-1, |i| i as i32);
-            },
-        );
+        .for_each_init(Vec::new, |sums, ((row, p), pick)| {
+            let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
+            let picked = if t > 0.0 {
+                draw(row, t, min_p, p[2] as u32, sums)
+            } else {
+                greedy(row)
+            };
+            *pick = picked.map_or(-1, |i| i as i32);
+        });
     Ok(())
 }
 
@@ -351,6 +394,40 @@ mod tests {
         for below in [-87.01, -100.0, f32::MIN, f32::NEG_INFINITY] {
             assert_eq!(exp_nonpositive(below), 0.0, "{below}");
         }
+    }
+
+    /// A draw keeps only the block sums and recomputes its block's weights, yet picks
+    /// the token that locating the point in every kept weight picks.
+    #[test]
+    fn a_draw_picks_what_locating_in_every_weight_picks() {
+        let mut state = 0x0BAD_5EED_u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 32) as u32
+        };
+        for len in [1, 63, 64, 65, 1000, 49152] {
+            let logits: Vec<f32> = (0..len)
+                .map(|_| (next() % 24_000) as f32 / 1000.0)
+                .collect();
+            let max = sanitized_max(&logits);
+            for (t, min_p) in [(1.0, 0.0), (0.6, 0.0), (1.4, 0.1)] {
+                let (mut weights, mut sums, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+                weigh(&logits, max, t, min_p, &mut weights, &mut sums);
+                let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
+                for _ in 0..50 {
+                    let bits = next();
+                    let want = locate(&weights, &sums, unit(bits) * total);
+                    let got = draw(&logits, t, min_p, bits, &mut scratch);
+                    assert_eq!(got, Some(want), "{len} logits at T {t}, min-p {min_p}");
+                }
+            }
+        }
+        assert_eq!(
+            draw(&[f32::NAN, f32::NEG_INFINITY], 1.0, 0.0, 7, &mut Vec::new()),
+            None
+        );
     }
 
     /// The vectorized passes compute, at whatever width this process's kernel set runs
