@@ -5,7 +5,8 @@
 //! benchmark's repetitions, so a decode's GB/s is compared with what the machine read
 //! in the same minutes (its bandwidth drifts by half between minutes on shared hosts),
 //! without its buffer counting in the process's peak RSS. Decision 163 records the
-//! size, the threads and the check against an independent reader.
+//! size, the threads and the check against an independent reader; decision 197 the
+//! buffer's 2 MiB pages.
 
 use std::hint::black_box;
 use std::sync::Barrier;
@@ -57,9 +58,58 @@ fn sum_widest(s: &[u64]) -> u64 {
     sum(s)
 }
 
-/// A buffer of `bytes` (rounded down to whole `u64`s), every page written, to read.
-pub fn touched_buffer(bytes: usize) -> Vec<u64> {
-    (0..bytes / 8).map(|i| i as u64).collect()
+/// A buffer of `bytes` (rounded down to whole `u64`s), every page written, to read:
+/// in 2 MiB pages where the OS gives them, as decode reads its packed weights
+/// (decision 197), else on the heap.
+pub fn touched_buffer(bytes: usize) -> ReadBuffer {
+    let len = bytes / 8;
+    let mut buf = match crate::backend::cpu::huge_pages::map(len * 8) {
+        Ok((map, skip)) => ReadBuffer(Storage::Mapped { map, skip, len }),
+        Err(_) => ReadBuffer(Storage::Heap(vec![0; len])),
+    };
+    for (i, v) in buf.values_mut().iter_mut().enumerate() {
+        *v = i as u64;
+    }
+    buf
+}
+
+/// The values a probe reads, owned: in a huge-page map or on the heap.
+pub struct ReadBuffer(Storage);
+
+/// Where a [`ReadBuffer`]'s values live.
+enum Storage {
+    /// `len` values from byte `skip` (2 MiB-aligned) of a map advised for huge pages.
+    Mapped {
+        map: memmap2::MmapMut,
+        skip: usize,
+        len: usize,
+    },
+    /// Where no map could be made.
+    Heap(Vec<u64>),
+}
+
+impl ReadBuffer {
+    fn values_mut(&mut self) -> &mut [u64] {
+        match &mut self.0 {
+            Storage::Mapped { map, skip, len } => {
+                bytemuck::cast_slice_mut(&mut map[*skip..*skip + *len * 8])
+            }
+            Storage::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::Deref for ReadBuffer {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        match &self.0 {
+            Storage::Mapped { map, skip, len } => {
+                bytemuck::cast_slice(&map[*skip..*skip + *len * 8])
+            }
+            Storage::Heap(v) => v,
+        }
+    }
 }
 
 /// GB/s (10⁹ bytes/s) of each of `passes` passes in which `threads` threads (at least
@@ -165,6 +215,15 @@ mod tests {
         for threads in [0, 1, 3] {
             let gb_s = read_passes(&buf, threads, 1)[0];
             assert!(gb_s.is_finite() && gb_s > 0.0, "{threads} threads: {gb_s}");
+        }
+    }
+
+    #[test]
+    fn a_touched_buffer_holds_every_value_in_order() {
+        for bytes in [0, 7, 8, 4 << 20, (4 << 20) + 12] {
+            let buf = touched_buffer(bytes);
+            assert_eq!(buf.len(), bytes / 8);
+            assert!(buf.iter().enumerate().all(|(i, &v)| v == i as u64));
         }
     }
 

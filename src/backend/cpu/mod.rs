@@ -7,6 +7,7 @@ mod bf16_pairs;
 mod capability;
 mod compile;
 mod dispatch;
+pub(crate) mod huge_pages;
 pub mod isa;
 mod kernels;
 mod packed;

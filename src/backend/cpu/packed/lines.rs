@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 use memmap2::MmapMut;
 
 use super::CacheLine;
-
-/// One transparent huge page.
-const HUGE: usize = 2 << 20;
+use crate::backend::cpu::huge_pages::{self, HUGE};
 
 /// Bytes of one shared map (plus what its alignment leaves over): weights are carved
 /// from it in order while they fit; one that does not starts the next map, sized for
@@ -36,17 +34,11 @@ impl Chunk {
     /// A zeroed map with room for `lines` cache lines from a huge-page boundary,
     /// advised for huge pages (where the OS has them; plain pages otherwise).
     fn new(lines: usize) -> std::io::Result<Chunk> {
-        let bytes = (lines * size_of::<CacheLine>()).next_multiple_of(HUGE);
-        let mut map = MmapMut::map_anon(bytes + HUGE)?;
-        // Only a hint: where THP is off or absent the map keeps plain pages.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
-        let start = map.as_mut_ptr();
-        let skip = start.align_offset(HUGE);
+        let (mut map, skip) = huge_pages::map(lines * size_of::<CacheLine>())?;
         Ok(Chunk {
-            // SAFETY: `skip < HUGE`, inside the `bytes + HUGE` bytes mapped.
-            base: unsafe { start.add(skip) }.cast(),
-            lines: (bytes + HUGE - skip) / size_of::<CacheLine>(),
+            // SAFETY: `skip < HUGE`, inside the map.
+            base: unsafe { map.as_mut_ptr().add(skip) }.cast(),
+            lines: (map.len() - skip) / size_of::<CacheLine>(),
             _map: map,
         })
     }
