@@ -89,6 +89,7 @@ enum Storage {
 }
 
 impl ReadBuffer {
+    /// The values, to fill.
     fn values_mut(&mut self) -> &mut [u64] {
         match &mut self.0 {
             Storage::Mapped { map, skip, len } => {
