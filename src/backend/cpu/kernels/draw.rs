@@ -177,7 +177,6 @@ fn weigh_into(
 ) {
     // x / 1 is x: the default temperature skips the division, and a floor of 0 keeps
     // every weight (none is below 0): same bits as [`weight_of`], less work.
-    let floored = |w: f32| if w < floor { 0.0 } else { w };
     match (t == 1.0, floor > 0.0) {
         (true, false) => weigh_by(logits, weights, sums, |l| {
             exp_nonpositive(sanitize(l) - max)
@@ -186,10 +185,10 @@ fn weigh_into(
             exp_nonpositive((sanitize(l) - max) / t)
         }),
         (true, true) => weigh_by(logits, weights, sums, |l| {
-            floored(exp_nonpositive(sanitize(l) - max))
+            at_floor(exp_nonpositive(sanitize(l) - max), floor)
         }),
         (false, true) => weigh_by(logits, weights, sums, |l| {
-            floored(exp_nonpositive((sanitize(l) - max) / t))
+            at_floor(exp_nonpositive((sanitize(l) - max) / t), floor)
         }),
     }
 }
@@ -197,7 +196,12 @@ fn weigh_into(
 /// One logit's weight as [`weigh`] computes it, token by token.
 #[inline(always)]
 fn weight_of(l: f32, max: f32, t: f32, floor: f32) -> f32 {
-    let w = exp_nonpositive((sanitize(l) - max) / t);
+    at_floor(exp_nonpositive((sanitize(l) - max) / t), floor)
+}
+
+/// A weight `w` under min-p's `floor` (relative to the best's 1) as 0.
+#[inline(always)]
+fn at_floor(w: f32, floor: f32) -> f32 {
     if w < floor {
         0.0
     } else {
@@ -347,6 +351,7 @@ pub(in crate::backend::cpu) fn draw_rows(
 
 #[cfg(test)]
 mod tests {
+    use super::super::testutil::stream;
     use super::*;
 
     #[test]
@@ -400,13 +405,8 @@ mod tests {
     /// the token that locating the point in every kept weight picks.
     #[test]
     fn a_draw_picks_what_locating_in_every_weight_picks() {
-        let mut state = 0x0BAD_5EED_u64;
-        let mut next = move || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 32) as u32
-        };
+        let mut state = stream(0x0BAD_5EED);
+        let mut next = move || (state() >> 32) as u32;
         for len in [1, 63, 64, 65, 1000, 49152] {
             let logits: Vec<f32> = (0..len)
                 .map(|_| (next() % 24_000) as f32 / 1000.0)
@@ -436,13 +436,8 @@ mod tests {
     /// order of `block_sum`.
     #[test]
     fn the_wide_passes_match_the_token_by_token_arithmetic_bit_for_bit() {
-        let mut state = 0x00DD_BA11_5EED_1234u64;
-        let mut next = move || {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            state >> 16
-        };
+        let mut state = stream(0x00DD_BA11_5EED_1234);
+        let mut next = move || state() >> 16;
         for len in [1, 15, 16, 17, 63, 64, 65, 200, 4097] {
             let mut logits: Vec<f32> = (0..len)
                 .map(|_| (next() % 60_000) as f32 / 1000.0 - 30.0)

@@ -34,18 +34,24 @@ pub(super) fn check_len(what: &str, got: usize, want: usize) -> Result<(), Backe
 pub(super) mod testutil {
     //! Deterministic pseudo-random data and approximate comparison for kernel tests.
 
+    /// The successive states of a linear congruential generator from `seed`: the
+    /// 64-bit words the tests draw their data and random bits from.
+    pub fn stream(seed: u64) -> impl FnMut() -> u64 {
+        let mut s = seed;
+        move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            s
+        }
+    }
+
     /// `n` values in [-1, 1) from a fixed-seed linear congruential generator.
     pub fn lcg(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        let mut next = stream(seed);
+        next();
         (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
+            .map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
             .collect()
     }
 
