@@ -373,6 +373,13 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
         c.bind_groups_created, 0,
         "{name} {dtype}: bind groups made per step"
     );
+    // The first counted step recorded the next one's commands while it was submitted
+    // (its plan repeated the step before it); every step after it took them.
+    assert_eq!(
+        c.ahead_runs,
+        steps - 1,
+        "{name} {dtype}: decode steps whose commands were recorded ahead"
+    );
     assert_eq!(
         c.bytes_read,
         steps * VOCAB as u64 * 4,
@@ -409,6 +416,11 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
             (g.buffers_created, g.bind_groups_created),
             (0, 0),
             "{name} {dtype}: nothing made per greedy step"
+        );
+        assert_eq!(
+            g.ahead_runs,
+            steps - 1,
+            "{name} {dtype}: greedy steps of {what} sequence(s) recorded ahead"
         );
     }
 }

@@ -30,9 +30,16 @@ pub struct DeviceCounters {
     pub bytes_read: u64,
     /// Times the host blocked waiting for the device.
     pub waits: u64,
-    /// Host nanoseconds spent recording partition runs: everything from the inputs to
-    /// the finished command buffer.
+    /// Host nanoseconds partition runs spent on their step's path before the submit:
+    /// everything from the inputs to the finished command buffer (a run recorded ahead
+    /// only writes its inputs and takes its commands).
     pub record_nanos: u64,
+    /// Runs whose commands were recorded ahead, while the run before them was being
+    /// submitted, so recording them took nothing from their own step's path.
+    pub ahead_runs: u64,
+    /// Host nanoseconds spent recording runs ahead, beside the previous run's submit
+    /// (those recorded for a run that then changed shape and recorded afresh included).
+    pub ahead_nanos: u64,
     /// Host nanoseconds spent inside the queue's submit (a software adapter such as
     /// lavapipe may run shaders there, so it is kept apart from recording).
     pub submit_nanos: u64,
@@ -69,6 +76,8 @@ impl DeviceCounters {
             bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
             waits: self.waits.saturating_sub(earlier.waits),
             record_nanos: self.record_nanos.saturating_sub(earlier.record_nanos),
+            ahead_runs: self.ahead_runs.saturating_sub(earlier.ahead_runs),
+            ahead_nanos: self.ahead_nanos.saturating_sub(earlier.ahead_nanos),
             submit_nanos: self.submit_nanos.saturating_sub(earlier.submit_nanos),
             recent_record_nanos: {
                 let runs = self.runs.saturating_sub(earlier.runs) as usize;
@@ -102,6 +111,7 @@ mod tests {
             runs: 2,
             dispatches: [("matmul".to_string(), 10), ("copy".to_string(), 4)].into(),
             submits: 3,
+            ahead_runs: 1,
             ..DeviceCounters::default()
         };
         let later = DeviceCounters {
@@ -114,6 +124,7 @@ mod tests {
             .into(),
             submits: 4,
             bytes_read: 64,
+            ahead_runs: 3,
             recent_record_nanos: vec![9, 7, 3, 5, 4],
             ..DeviceCounters::default()
         };
@@ -121,6 +132,7 @@ mod tests {
         assert_eq!(step.runs, 3);
         assert_eq!(step.submits, 1);
         assert_eq!(step.bytes_read, 64);
+        assert_eq!(step.ahead_runs, 2);
         assert_eq!(
             step.dispatches,
             [("attention".to_string(), 2), ("matmul".to_string(), 6)].into()

@@ -443,7 +443,7 @@ impl Metrics {
             }
         }
         type Read = fn(&DeviceCounters) -> u64;
-        let families: [(&str, &str, Read); 10] = [
+        let families: [(&str, &str, Read); 12] = [
             ("runs", "Compiled partitions a device ran.", |c| c.runs),
             ("passes", "Compute passes a device began.", |c| c.passes),
             ("submits", "Command buffers submitted to a device.", |c| {
@@ -472,6 +472,16 @@ impl Metrics {
                 "record_nanoseconds",
                 "Host time spent recording a device's runs.",
                 |c| c.record_nanos,
+            ),
+            (
+                "ahead_runs",
+                "Device runs whose commands were recorded ahead, beside the previous run's submit.",
+                |c| c.ahead_runs,
+            ),
+            (
+                "ahead_nanoseconds",
+                "Host time spent recording a device's runs ahead, off their steps' path.",
+                |c| c.ahead_nanos,
             ),
             (
                 "submit_nanoseconds",
@@ -591,6 +601,7 @@ mod tests {
                 runs: 3,
                 dispatches: [("matmul".to_string(), 12)].into(),
                 waits: 3,
+                ahead_runs: 2,
                 ..DeviceCounters::default()
             },
         )]);
@@ -620,6 +631,7 @@ mod tests {
             "switchyard_device_dispatches_total{backend=\"gpu\",kind=\"matmul\"} 12",
             "switchyard_device_runs_total{backend=\"gpu\"} 3",
             "switchyard_device_waits_total{backend=\"gpu\"} 3",
+            "switchyard_device_ahead_runs_total{backend=\"gpu\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

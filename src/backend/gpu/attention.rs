@@ -67,7 +67,7 @@ struct StepBuffers {
 }
 
 /// What the recorded dispatches are bound to: pool buffers, capacity, f16 rounding.
-type Binding = ((u64, u64), usize, bool);
+pub(super) type Binding = ((u64, u64), usize, bool);
 
 impl AttentionNode {
     /// The two dispatches of this node against its layer's pool buffers: the KV write
@@ -275,6 +275,11 @@ impl AttentionSet {
                 step.tables.size()
             )));
         }
+        // Padded to the next power of two (within the buffer) with unread entries, so
+        // steps whose tables grew by a block mostly send the same copies and commands
+        // recorded ahead for one still serve the next (decision 198).
+        let room = usize::try_from(step.tables.size() / 4).unwrap_or(usize::MAX);
+        tables.resize(tables.len().next_power_of_two().min(room), 0);
         upload.push(&step.rows, bytemuck::cast_slice(&rows));
         if !tables.is_empty() {
             upload.push(&step.tables, bytemuck::cast_slice(&tables));
@@ -314,6 +319,12 @@ impl AttentionSet {
         self.step = Some(step);
         self.bound = Some(binding);
         Ok(())
+    }
+
+    /// What the dispatches are bound to now (the pool, its generation, the capacity
+    /// and the cache's type): a change makes commands recorded before it stale.
+    pub fn binding(&self) -> Option<Binding> {
+        self.bound
     }
 
     /// Node `i`'s dispatches for the prepared step.

@@ -6,20 +6,21 @@
 //! compute pass, copies the outputs to their mappable buffers and submits once,
 //! without waiting: nothing is created per step, and the host goes on (with CPU
 //! partitions that do not need these outputs) while the GPU works, waiting only when a
-//! result is read back.
+//! result is read back. While a run is submitted, the next run's commands are recorded
+//! beside it when its plan repeats (a steady decode), so that run only writes its data.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::attention::{AttentionNode, AttentionSet, RopeFusion};
+use super::attention::{AttentionNode, AttentionSet, Binding, RopeFusion};
 use super::device::{padded, Gpu};
 use super::fuse::{self, Unit};
 use super::kv::KvPools;
 use super::products::{self, PartBuffers};
 use super::record::{self, record_node, record_softmax, Dispatch, Operand};
 use super::timer::Timer;
-use super::upload::Upload;
+use super::upload::{Sent, Upload};
 use super::weights::GpuWeight;
 use super::{GpuBuffer, GPU_SPACE};
 use crate::backend::{
@@ -58,6 +59,11 @@ pub(super) struct GpuPartition {
     upload: Upload,
     /// Times each dispatch while the backend's profile is on (`timer.rs`).
     timer: Option<Timer>,
+    /// The last run's plan.
+    last: Option<Plan>,
+    /// Commands for a next run of the last plan, recorded while the last run was
+    /// submitted (none after a run whose plan changed, or a timed one).
+    ahead: Option<wgpu::CommandBuffer>,
     bytes: usize,
 }
 
@@ -330,6 +336,8 @@ impl GpuPartition {
             pools,
             upload: Upload::default(),
             timer,
+            last: None,
+            ahead: None,
             bytes,
         })
     }
@@ -598,8 +606,7 @@ impl CompiledPartition for GpuPartition {
         self.check_inputs(inputs)?;
         self.attention
             .prepare(&self.gpu, &self.pools, state, &mut self.upload)?;
-        let gpu = &self.gpu;
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut copied = Vec::new();
         for (i, (tensor, input)) in inputs.iter().zip(&self.inputs).enumerate() {
             match &tensor.data {
                 TensorData::Host(bytes) => self.upload.push(&input.buffer, bytes.as_bytes()),
@@ -607,13 +614,7 @@ impl CompiledPartition for GpuPartition {
                     let source = d.handle.downcast_ref::<GpuBuffer>().ok_or_else(|| {
                         BackendError::Input(format!("input {i} is not a GPU buffer"))
                     })?;
-                    encoder.copy_buffer_to_buffer(
-                        &source.buffer,
-                        0,
-                        &input.buffer,
-                        0,
-                        padded(tensor.data.len()),
-                    );
+                    copied.push((source.buffer.clone(), i, padded(tensor.data.len())));
                 }
                 TensorData::Device(_) => {
                     return Err(BackendError::Input(format!(
@@ -623,77 +624,159 @@ impl CompiledPartition for GpuPartition {
                 }
             }
         }
-        self.upload.send(gpu, &mut encoder)?;
+        let plan = Plan {
+            sent: self.upload.send(&self.gpu)?,
+            copied,
+            attention: self.attention.binding(),
+        };
         let dispatches = self.kinds.iter().map(|(_, n)| *n as usize).sum();
         let timed = self
             .timer
             .as_mut()
-            .is_some_and(|t| t.start(gpu, dispatches));
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            let timer = self.timer.as_mut().filter(|_| timed);
-            match timer {
-                None => {
-                    for work in &self.work {
-                        let dispatches = match work {
-                            Work::Fixed(dispatches) => dispatches.as_slice(),
-                            Work::Attention(i) => self.attention.dispatches(*i),
-                        };
-                        dispatches.iter().for_each(|d| d.encode(&mut pass));
-                    }
-                }
-                Some(timer) => {
-                    timer.begin(&mut pass);
-                    for work in &self.work {
-                        let dispatches = match work {
-                            Work::Fixed(dispatches) => dispatches.as_slice(),
-                            Work::Attention(i) => self.attention.dispatches(*i),
-                        };
-                        for d in dispatches {
-                            d.encode(&mut pass);
-                            timer.after(&mut pass, d.kind);
-                        }
-                    }
-                }
+            .is_some_and(|t| t.start(&self.gpu, dispatches));
+        let repeats = self.last.as_ref() == Some(&plan);
+        let ahead = self.ahead.take().filter(|_| repeats && !timed);
+        let used_ahead = ahead.is_some();
+        let parts = Parts {
+            gpu: &self.gpu,
+            inputs: &self.inputs,
+            work: &self.work,
+            attention: &self.attention,
+            outputs: &self.outputs,
+        };
+        let commands = match ahead {
+            Some(commands) => commands,
+            None => parts.encode(&plan, self.timer.as_mut().filter(|_| timed)),
+        };
+        let recorded = started.elapsed();
+        // While the queue takes this run (a software adapter runs its shaders inside
+        // the submit), a worker records the next run's commands for the same plan, so
+        // a steady decode's next step finds them ready (decision 198).
+        let (submitted, ahead) = std::thread::scope(|s| {
+            let worker = (repeats && !timed).then(|| {
+                s.spawn(|| {
+                    let began = Instant::now();
+                    (parts.encode(&plan, None), began.elapsed())
+                })
+            });
+            let began = Instant::now();
+            self.gpu.submit_finished(commands);
+            let submitted = began.elapsed();
+            (submitted, worker.map(|w| w.join()))
+        });
+        let ahead_nanos = match ahead {
+            None => 0,
+            Some(Ok((commands, took))) => {
+                self.ahead = Some(commands);
+                nanos(took)
             }
-        }
+            Some(Err(_)) => {
+                return Err(BackendError::Bug(
+                    "recording the next run's commands panicked".into(),
+                ))
+            }
+        };
+        self.last = Some(plan);
+        self.upload.remap();
+        let gpu = &self.gpu;
+        gpu.take_uncaptured()?;
         if let Some(timer) = self.timer.as_ref().filter(|_| timed) {
-            timer.resolve(&mut encoder);
+            timer.record(gpu)?;
         }
-        let mut outputs = Vec::with_capacity(self.outputs.len());
-        for out in &self.outputs {
-            let bytes = out.bytes;
-            encoder.copy_buffer_to_buffer(&out.operand.buffer, 0, &out.staging, 0, padded(bytes));
-            outputs.push(Tensor {
+        gpu.tally
+            .run(&self.kinds, nanos(recorded), nanos(submitted));
+        gpu.tally.ahead(used_ahead, ahead_nanos);
+        Ok(self
+            .outputs
+            .iter()
+            .map(|out| Tensor {
                 dtype: out.operand.dtype,
                 shape: out.operand.shape.clone(),
                 space: GPU_SPACE,
                 data: TensorData::Device(DeviceBuffer {
-                    bytes,
+                    bytes: out.bytes,
                     handle: Arc::new(GpuBuffer {
                         buffer: out.operand.buffer.clone(),
                         staged: Some(out.staging.clone()),
                     }),
                 }),
-            });
-        }
-        let commands = encoder.finish();
-        let recorded = started.elapsed();
-        gpu.submit_finished(commands);
-        self.upload.remap();
-        let submitted = started.elapsed() - recorded;
-        gpu.take_uncaptured()?;
-        if let Some(timer) = self.timer.as_ref().filter(|_| timed) {
-            timer.record(gpu)?;
-        }
-        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        gpu.tally
-            .run(&self.kinds, nanos(recorded), nanos(submitted));
-        Ok(outputs)
+            })
+            .collect())
     }
 
     fn bytes(&self) -> usize {
         self.bytes
+    }
+}
+
+/// Nanoseconds of `d`, saturating.
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What a run's commands depend on besides the partition's own dispatches: where the
+/// host's bytes go, which device buffers are copied in, and what attention is bound
+/// to. Runs with the same plan record the same commands whatever their data, so the
+/// next run's can be recorded before its inputs exist.
+#[derive(Clone, Debug, PartialEq)]
+struct Plan {
+    sent: Sent,
+    /// Device inputs: the buffer each comes from, its input, and its padded bytes.
+    copied: Vec<(wgpu::Buffer, usize, u64)>,
+    attention: Option<Binding>,
+}
+
+/// The parts of a partition that recording a run reads, borrowed apart from the rest so
+/// a worker can record while the partition submits.
+struct Parts<'a> {
+    gpu: &'a Gpu,
+    inputs: &'a [Operand],
+    work: &'a [Work],
+    attention: &'a AttentionSet,
+    outputs: &'a [Output],
+}
+
+impl Parts<'_> {
+    /// A run's commands for `plan`: the inputs copied in, every dispatch in one compute
+    /// pass (each timed after it when `timer` is given), and the outputs copied to
+    /// their mappable buffers.
+    fn encode(&self, plan: &Plan, mut timer: Option<&mut Timer>) -> wgpu::CommandBuffer {
+        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+        for (source, i, bytes) in &plan.copied {
+            encoder.copy_buffer_to_buffer(source, 0, &self.inputs[*i].buffer, 0, *bytes);
+        }
+        plan.sent.encode(&mut encoder);
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            if let Some(timer) = timer.as_deref() {
+                timer.begin(&mut pass);
+            }
+            for work in self.work {
+                let dispatches = match work {
+                    Work::Fixed(dispatches) => dispatches.as_slice(),
+                    Work::Attention(i) => self.attention.dispatches(*i),
+                };
+                for d in dispatches {
+                    d.encode(&mut pass);
+                    if let Some(timer) = timer.as_deref_mut() {
+                        timer.after(&mut pass, d.kind);
+                    }
+                }
+            }
+        }
+        if let Some(timer) = timer {
+            timer.resolve(&mut encoder);
+        }
+        for out in self.outputs {
+            encoder.copy_buffer_to_buffer(
+                &out.operand.buffer,
+                0,
+                &out.staging,
+                0,
+                padded(out.bytes),
+            );
+        }
+        encoder.finish()
     }
 }
 

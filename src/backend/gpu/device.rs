@@ -63,6 +63,8 @@ pub(super) struct Tally {
     waits: AtomicU64,
     record_nanos: AtomicU64,
     submit_nanos: AtomicU64,
+    ahead_runs: AtomicU64,
+    ahead_nanos: AtomicU64,
     per_run: Mutex<PerRun>,
 }
 
@@ -91,6 +93,14 @@ impl Tally {
         per_run.recent.push_back(record_nanos);
     }
 
+    /// Counts a run's commands as recorded ahead (`used`: the run submitted them) and
+    /// the host time a recording ahead took beside a submit.
+    pub fn ahead(&self, used: bool, record_nanos: u64) {
+        self.ahead_runs
+            .fetch_add(u64::from(used), Ordering::Relaxed);
+        self.ahead_nanos.fetch_add(record_nanos, Ordering::Relaxed);
+    }
+
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -116,6 +126,8 @@ impl Tally {
             waits: get(&self.waits),
             record_nanos: get(&self.record_nanos),
             submit_nanos: get(&self.submit_nanos),
+            ahead_runs: get(&self.ahead_runs),
+            ahead_nanos: get(&self.ahead_nanos),
         }
     }
 }

@@ -5,6 +5,9 @@
 //! of its own and opens a command buffer for the first one after a submit, which cost a
 //! decode step more host time than recording a hundred dispatches (decision 148).
 //!
+//! What a step sent ([`Sent`]: the buffer and the copies, not the bytes) is part of
+//! its plan: steps that send the same take the same commands (decision 198).
+//!
 //! The buffer is mapped again as soon as the step that copies from it is submitted; the
 //! map completes when that step does, at the wait that reads its outputs, so the next
 //! step finds it mapped and writes without waiting.
@@ -40,7 +43,27 @@ enum Map {
     Failed(String),
 }
 
+/// What a step sent: the buffer its bytes went through and where they go from there.
+/// Two steps that send the same are recorded the same, whatever their bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Sent {
+    from: Option<wgpu::Buffer>,
+    copies: Vec<Copy>,
+}
+
+impl Sent {
+    /// Records the copies into `encoder` (before the step's pass, so its dispatches
+    /// read them).
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        let Some(from) = &self.from else { return };
+        for c in &self.copies {
+            encoder.copy_buffer_to_buffer(from, c.at, &c.to, 0, c.len);
+        }
+    }
+}
+
 /// One destination: `len` bytes from `at` in the upload go to the start of `to`.
+#[derive(Clone, Debug, PartialEq)]
 struct Copy {
     to: wgpu::Buffer,
     at: u64,
@@ -62,17 +85,13 @@ impl Upload {
         });
     }
 
-    /// Sends what was queued: the bytes written through the buffer's mapping (waiting
-    /// for it only if the previous step's outputs were never waited for), then a copy
-    /// to each destination recorded into `encoder` (before the step's pass, so its
-    /// dispatches read them). Leaves the queue empty.
-    pub fn send(
-        &mut self,
-        gpu: &Gpu,
-        encoder: &mut wgpu::CommandEncoder,
-    ) -> Result<(), BackendError> {
+    /// Writes what was queued through the buffer's mapping (waiting for it only if the
+    /// previous step's outputs were never waited for) and returns the copies that take
+    /// it to each destination, for the step's encoder to record before its pass.
+    /// Leaves the queue empty.
+    pub fn send(&mut self, gpu: &Gpu) -> Result<Sent, BackendError> {
         if self.copies.is_empty() {
-            return Ok(());
+            return Ok(Sent::default());
         }
         let need = self.bytes.len() as u64;
         match &self.buffer {
@@ -88,11 +107,11 @@ impl Upload {
         let buffer = self.buffer.as_ref().expect("made above");
         self.set(Map::Idle);
         gpu.write_mapped(buffer, &self.bytes)?;
-        for c in self.copies.drain(..) {
-            encoder.copy_buffer_to_buffer(buffer, c.at, &c.to, 0, c.len);
-        }
         self.bytes.clear();
-        Ok(())
+        Ok(Sent {
+            from: Some(buffer.clone()),
+            copies: std::mem::take(&mut self.copies),
+        })
     }
 
     /// Asks for the buffer's mapping again, unless already asked: after the step that

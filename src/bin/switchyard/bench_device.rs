@@ -1,8 +1,9 @@
 //! `switchyard bench`'s device counters: for each test and each backend that counts
 //! (the GPU), what its timed runs cost the device per partition run — dispatches by
 //! kind, passes, submits, buffers and bind groups created, bytes written and read
-//! back, blocking waits, the host time to record a run (median, and per dispatch) and
-//! the time inside the queue's submit. The instruments for a GPU step, whose time is mostly overhead that
+//! back, blocking waits, the host time to record a run on its step's path (median, and
+//! per dispatch), the time inside the queue's submit, and the runs recorded ahead
+//! beside the submit before them with that recording's time. The instruments for a GPU step, whose time is mostly overhead that
 //! cannot be seen without the device.
 
 use serde::Serialize;
@@ -67,7 +68,7 @@ pub fn print(uses: &[DeviceUse]) {
         "\ndevice counters per partition run (warm-up and compiles included in the creations)"
     );
     println!(
-        "{:<10} {:<6} {:>6} {:>10} {:>7} {:>8} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>12} {:>10}",
+        "{:<10} {:<6} {:>6} {:>10} {:>7} {:>8} {:>9} {:>11} {:>10} {:>9} {:>7} {:>10} {:>12} {:>10} {:>6} {:>9}",
         "test",
         "device",
         "runs",
@@ -81,14 +82,16 @@ pub fn print(uses: &[DeviceUse]) {
         "waits",
         "record µs",
         "µs/dispatch",
-        "submit µs"
+        "submit µs",
+        "ahead",
+        "ahead µs"
     );
     for u in uses {
         let c = &u.counters;
         let runs = c.runs.max(1) as f64;
         let per = |n: u64| n as f64 / runs;
         println!(
-            "{:<10} {:<6} {:>6} {:>10.1} {:>7.2} {:>8.2} {:>9} {:>11} {:>10.1} {:>9.1} {:>7.2} {:>10} {:>12} {:>10.1}",
+            "{:<10} {:<6} {:>6} {:>10.1} {:>7.2} {:>8.2} {:>9} {:>11} {:>10.1} {:>9.1} {:>7.2} {:>10} {:>12} {:>10.1} {:>6.2} {:>9.1}",
             u.test,
             u.backend,
             c.runs,
@@ -105,6 +108,8 @@ pub fn print(uses: &[DeviceUse]) {
             u.record_us_per_dispatch
                 .map_or("-".into(), |m| format!("{m:.2}")),
             per(c.submit_nanos) / 1e3,
+            per(c.ahead_runs),
+            per(c.ahead_nanos) / 1e3,
         );
         let kinds: Vec<String> = c
             .dispatches
