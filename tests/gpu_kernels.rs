@@ -354,6 +354,31 @@ fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migratio
     );
 }
 
+/// The same steps over an f16 cache: the GPU's pool holds f16 values two to a word and
+/// rows moving either way keep their f16 values, so both backends attend over the same
+/// keys and values (decision 199).
+#[test]
+fn attention_over_an_f16_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
+    let Some(gpu) = open() else { return };
+    let steps = [
+        (9, true),
+        (1, true),
+        (1, true),
+        (1, true),
+        (3, false),
+        (1, false),
+        (2, true),
+    ];
+    attention_sequence(
+        &gpu,
+        6,
+        KvDType::F16,
+        &steps,
+        1e-4,
+        AttentionVariant::default(),
+    );
+}
+
 /// Gemma 2 / Mistral attention: a 4-position sliding window and soft-capped scores,
 /// prefill and decode on the GPU against the CPU kernel, migrating in between.
 #[test]

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::device::Gpu;
-use super::kernels::{self, Source};
+use super::kernels;
 use super::kv::{GpuKv, KvPool, KvPools, BLOCK};
 use super::record::{dispatch, fold, word, Dispatch};
 use super::upload::Upload;
@@ -104,29 +104,35 @@ impl AttentionNode {
             word("kv heads", self.kv_heads)?,
             word("head dim", self.head_dim)?,
         );
-        let round = u32::from(layout.dtype == KvDType::F16);
-        let k_len = word("kv elements", self.n * width)?;
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(BackendError::Input(format!(
+                "attention: the GPU kernels take heads of an even number of dimensions, not {}",
+                self.head_dim
+            )));
+        }
+        let f16 = layout.dtype == KvDType::F16;
+        let pairs = word("kv element pairs", self.n * width / 2)?;
         let (rows, tables) = (&step.rows, &step.tables);
         let write = match &self.rope {
             None => {
-                let (gx, gy) = fold(gpu, k_len.div_ceil(256));
+                let (gx, gy) = fold(gpu, pairs.div_ceil(256));
                 dispatch(
                     gpu,
-                    &Source::fixed("kv_write", kernels::KV_WRITE),
-                    &[k_len, gx, word("kv width", width)?, round],
+                    &kernels::kv_write(f16),
+                    &[pairs, gx, word("kv width", width)?],
                     &[rows, tables, &self.k, &self.v, keys, values],
                     [gx, gy, 1],
                 )?
             }
             Some(rope) => {
                 let q_len = word("query elements", self.n * self.heads * self.head_dim)?;
-                let (gx, gy) = fold(gpu, (q_len + k_len).div_ceil(256));
+                let (gx, gy) = fold(gpu, (q_len + pairs).div_ceil(256));
                 dispatch(
                     gpu,
-                    &Source::fixed("rope_kv", kernels::ROPE_KV),
+                    &kernels::rope_kv(f16),
                     &[
                         q_len,
-                        k_len,
+                        pairs,
                         gx,
                         dh,
                         word("query width", self.heads * self.head_dim)?,
@@ -135,7 +141,6 @@ impl AttentionNode {
                         u32::from(rope.neox),
                         rope.freq_base.to_bits(),
                         rope.freq_scale.to_bits(),
-                        round,
                     ],
                     &[
                         rows,
@@ -153,18 +158,9 @@ impl AttentionNode {
                 )?
             }
         };
-        let source = if self.quantized_out {
-            Source {
-                kind: "attention",
-                name: "attention_q8".into(),
-                wgsl: kernels::ATTEND_Q8.into(),
-            }
-        } else {
-            Source::fixed("attention", kernels::ATTEND)
-        };
         let attend = dispatch(
             gpu,
-            &source,
+            &kernels::attend(self.quantized_out, f16),
             &[
                 heads,
                 kv_heads,

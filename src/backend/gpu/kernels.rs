@@ -90,26 +90,87 @@ pub(super) const DRAW_PICK: &str = concat!(
 );
 /// Rotary position embedding.
 pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
-/// Writes a step's keys and values into a layer of the paged pool.
-pub(super) const KV_WRITE: &str = concat!(
+/// The kernel writing a step's keys and values into a layer of the paged pool, storing
+/// them as the pool's type holds them (`f16`: two to a word, rounded as the CPU's f16
+/// cache rounds).
+pub(super) fn kv_write(f16: bool) -> Source {
+    kv_kernel("kv_write", f16, KV_WRITE_F32, KV_WRITE_F16)
+}
+
+/// The kernel roping a step's queries and keys and writing its keys and values into
+/// the pool, stored as [`kv_write`] stores them.
+pub(super) fn rope_kv(f16: bool) -> Source {
+    kv_kernel("rope_kv", f16, ROPE_KV_F32, ROPE_KV_F16)
+}
+
+/// Attention over the cached keys and values with an online softmax, reading the pool
+/// as its type holds values; `quantized`: its output quantized for the product that
+/// alone reads it.
+pub(super) fn attend(quantized: bool, f16: bool) -> Source {
+    if quantized {
+        kv_kernel("attention_q8", f16, ATTEND_Q8_F32, ATTEND_Q8_F16)
+    } else {
+        kv_kernel("attention", f16, ATTEND_F32, ATTEND_F16)
+    }
+}
+
+/// The variant of a kernel for an f32 or an f16 pool, named apart for the pipeline
+/// cache and of the kind its name's first word says.
+fn kv_kernel(name: &'static str, f16: bool, f32_wgsl: &str, f16_wgsl: &str) -> Source {
+    let kind = if name.starts_with("attention") {
+        "attention"
+    } else {
+        name
+    };
+    let (name, wgsl) = if f16 {
+        (format!("{name}_f16"), f16_wgsl)
+    } else {
+        (name.to_string(), f32_wgsl)
+    };
+    Source {
+        kind,
+        name,
+        wgsl: wgsl.into(),
+    }
+}
+
+const KV_WRITE_F32: &str = concat!(
     include_str!("shaders/kv_write.wgsl"),
-    include_str!("shaders/kv_round.wgsl")
+    include_str!("shaders/kv_store_f32.wgsl")
 );
-/// Ropes a step's queries and keys and writes its keys and values into the pool.
-pub(super) const ROPE_KV: &str = concat!(
+const KV_WRITE_F16: &str = concat!(
+    include_str!("shaders/kv_write.wgsl"),
+    include_str!("shaders/kv_store_f16.wgsl")
+);
+const ROPE_KV_F32: &str = concat!(
     include_str!("shaders/rope_kv.wgsl"),
-    include_str!("shaders/kv_round.wgsl")
+    include_str!("shaders/kv_store_f32.wgsl")
 );
-/// Attention over the cached keys and values, with an online softmax.
-pub(super) const ATTEND: &str = concat!(
+const ROPE_KV_F16: &str = concat!(
+    include_str!("shaders/rope_kv.wgsl"),
+    include_str!("shaders/kv_store_f16.wgsl")
+);
+const ATTEND_F32: &str = concat!(
     include_str!("shaders/attend.wgsl"),
-    include_str!("shaders/attend_out.wgsl")
+    include_str!("shaders/attend_out.wgsl"),
+    include_str!("shaders/kv_load_f32.wgsl")
 );
-/// Attention whose output is quantized for the product that alone reads it.
-pub(super) const ATTEND_Q8: &str = concat!(
+const ATTEND_F16: &str = concat!(
+    include_str!("shaders/attend.wgsl"),
+    include_str!("shaders/attend_out.wgsl"),
+    include_str!("shaders/kv_load_f16.wgsl")
+);
+const ATTEND_Q8_F32: &str = concat!(
     include_str!("shaders/attend.wgsl"),
     include_str!("shaders/attend_q8.wgsl"),
-    include_str!("shaders/q8_block.wgsl")
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/kv_load_f32.wgsl")
+);
+const ATTEND_Q8_F16: &str = concat!(
+    include_str!("shaders/attend.wgsl"),
+    include_str!("shaders/attend_q8.wgsl"),
+    include_str!("shaders/q8_block.wgsl"),
+    include_str!("shaders/kv_load_f16.wgsl")
 );
 
 /// The top-level names a weight format's snippet may declare: products.rs renames them

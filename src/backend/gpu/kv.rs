@@ -1,6 +1,6 @@
-//! The GPU's KV cache, paged: one pool per cache shape holds every layer's keys and
-//! values in blocks of [`BLOCK`] positions (f32; an f16 cache's values are rounded to
-//! f16 when written, as on the CPU), and each sequence's [`GpuKv`] is a table of the
+//! The GPU's KV cache, paged: one pool per cache shape and type holds every layer's
+//! keys and values in blocks of [`BLOCK`] positions (f32, or f16 two to a word, rounded
+//! as the CPU's f16 cache rounds), and each sequence's [`GpuKv`] is a table of the
 //! blocks it holds, taken as its positions are written and given back when it ends. So
 //! GPU memory follows the tokens held, not `capacity × sequences`, and one attention
 //! dispatch can serve every sequence of a batched step through their tables.
@@ -10,9 +10,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use half::f16;
+
 use super::device::Gpu;
 use super::GPU_SPACE;
-use crate::backend::{BackendError, DeviceKv, KvLayout, KvRows, MemorySpace, KV_BLOCK};
+use crate::backend::{BackendError, DeviceKv, KvDType, KvLayout, KvRows, MemorySpace, KV_BLOCK};
 
 /// Positions per block: the host cache's block size, which the shaders spell `32u`.
 pub(super) const BLOCK: usize = KV_BLOCK;
@@ -24,26 +26,28 @@ const FIRST_BLOCKS: usize = 64;
 /// Distinguishes pools, so a partition knows when its bind groups point elsewhere.
 static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
 
-/// The pools of one device, one per (layers, kv heads × head dim).
+/// The pools of one device, one per (layers, kv heads × head dim, f16 or f32).
 #[derive(Default)]
 pub(super) struct KvPools {
-    pools: Mutex<HashMap<(usize, usize), Arc<KvPool>>>,
+    pools: Mutex<HashMap<(usize, usize, bool), Arc<KvPool>>>,
 }
 
 impl KvPools {
     /// The pool for caches of `layout`'s shape, created empty on first use.
     pub fn get(&self, gpu: &Arc<Gpu>, layout: KvLayout) -> Arc<KvPool> {
         let width = layout.n_kv_heads * layout.head_dim;
+        let f16 = layout.dtype == KvDType::F16;
         self.pools
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry((layout.n_layers, width))
+            .entry((layout.n_layers, width, f16))
             .or_insert_with(|| {
                 Arc::new(KvPool {
                     gpu: gpu.clone(),
                     id: NEXT_POOL.fetch_add(1, Ordering::Relaxed),
                     n_layers: layout.n_layers,
                     width,
+                    f16,
                     state: Mutex::new(PoolState::default()),
                 })
             })
@@ -57,12 +61,14 @@ pub(super) struct KvPool {
     id: u64,
     n_layers: usize,
     width: usize,
+    /// Values held as f16, two to a word (the row width is even), instead of f32.
+    f16: bool,
     state: Mutex<PoolState>,
 }
 
 #[derive(Default)]
 struct PoolState {
-    /// Per layer: keys and values, `blocks × BLOCK × width` f32 each.
+    /// Per layer: keys and values, `blocks × BLOCK × width` values each.
     layers: Vec<(wgpu::Buffer, wgpu::Buffer)>,
     blocks: usize,
     free: Vec<u32>,
@@ -71,8 +77,29 @@ struct PoolState {
 }
 
 impl KvPool {
+    /// Bytes of one stored value.
+    fn value_bytes(&self) -> usize {
+        if self.f16 {
+            2
+        } else {
+            4
+        }
+    }
+
     fn block_bytes(&self) -> usize {
-        BLOCK * self.width * 4
+        BLOCK * self.width * self.value_bytes()
+    }
+
+    /// `values` as the pool stores them.
+    fn stored(&self, values: &[f32]) -> Vec<u8> {
+        if self.f16 {
+            values
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+                .collect()
+        } else {
+            bytemuck::cast_slice(values).to_vec()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
@@ -227,8 +254,8 @@ impl GpuKv {
             let at = (block as usize * self.pool.block_bytes()) as u64;
             let span = rows.start * width..rows.end * width;
             let gpu = &self.pool.gpu;
-            gpu.write(&k, at, bytemuck::cast_slice(&keys[span.clone()]));
-            gpu.write(&v, at, bytemuck::cast_slice(&values[span]));
+            gpu.write(&k, at, &self.pool.stored(&keys[span.clone()]));
+            gpu.write(&v, at, &self.pool.stored(&values[span]));
         }
         Ok(())
     }
@@ -236,7 +263,7 @@ impl GpuKv {
     /// Positions `0..len` of one of `layer`'s buffers, gathered from the blocks.
     fn gather(&self, buffer: &wgpu::Buffer, len: usize) -> Result<Vec<f32>, BackendError> {
         let gpu = &self.pool.gpu;
-        let row_bytes = self.pool.width * 4;
+        let row_bytes = self.pool.width * self.pool.value_bytes();
         let joined = gpu.storage("kv gather", len * row_bytes);
         let mut encoder = gpu.device.create_command_encoder(&Default::default());
         for (b, &block) in self.blocks().iter().enumerate() {
@@ -254,7 +281,15 @@ impl GpuKv {
         }
         gpu.submit(encoder);
         let bytes = gpu.read(&joined, 0, len * row_bytes)?;
-        Ok(bytes.view::<f32>().to_vec())
+        Ok(if self.pool.f16 {
+            bytes
+                .view::<u16>()
+                .iter()
+                .map(|&h| f16::from_bits(h).to_f32())
+                .collect()
+        } else {
+            bytes.view::<f32>().to_vec()
+        })
     }
 }
 

@@ -6,8 +6,9 @@
 // stored. Scores are scale · q·k, soft-capped to c · tanh(s / c) when c > 0; with a
 // sliding window w > 0, positions j <= position - w get -3e38 (probability zero).
 // Grouped-query heads share a kv head. Each thread accumulates head dimensions
-// t, t + 64, t + 128 and t + 192 (head_dim <= 256); `store_out` (attend_out.wgsl or
-// attend_q8.wgsl) writes the head's values times `inv`.
+// t, t + 64, t + 128 and t + 192 (head_dim <= 256, even); `store_out` (attend_out.wgsl
+// or attend_q8.wgsl) writes the head's values times `inv`; `key_pair` and `value_at`
+// (kv_load_f32.wgsl or kv_load_f16.wgsl) read the pool as its type holds values.
 struct Params {
     heads: u32,
     kv_heads: u32,
@@ -21,8 +22,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> seen: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> tables: array<u32>;
 @group(0) @binding(3) var<storage, read> q: array<f32>;
-@group(0) @binding(4) var<storage, read> keys: array<f32>;
-@group(0) @binding(5) var<storage, read> values: array<f32>;
+@group(0) @binding(4) var<storage, read> keys: array<KvWord>;
+@group(0) @binding(5) var<storage, read> values: array<KvWord>;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> probs: array<f32, 64>;
@@ -78,8 +79,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             let slot = tables[row.y + j / 32u] * 32u + j % 32u;
             let kb = (slot * p.kv_heads + kvh) * p.head_dim;
             var dot = 0.0;
-            for (var d = 0u; d < p.head_dim; d++) {
-                dot += qs[d] * keys[kb + d];
+            for (var d = 0u; d < p.head_dim; d += 2u) {
+                let kp = key_pair(kb + d);
+                dot += qs[d] * kp.x;
+                dot += qs[d + 1u] * kp.y;
             }
             score = dot * p.scale;
             if (p.softcap > 0.0) {
@@ -105,7 +108,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             for (var u = 0u; u < 4u; u++) {
                 let d = t + u * 64u;
                 if (d < p.head_dim) {
-                    acc[u] += pj * values[vb + d];
+                    acc[u] += pj * value_at(vb + d);
                 }
             }
         }

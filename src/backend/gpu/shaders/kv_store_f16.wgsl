@@ -1,5 +1,13 @@
-// How a KV cache stores a value (appended to the kernels that write the pool, whose
-// parameters carry `round_f16`).
+// How an f16 KV pool stores a pair of adjacent elements (appended to the kernels that
+// write the pool): both rounded to f16 as the CPU rounds them, packed in one word,
+// element i in the low half when i is even (what unpack2x16float reads as .x).
+alias KvWord = u32;
+
+fn store_pair(at: u32, k0: f32, k1: f32, v0: f32, v1: f32) {
+    keys[at >> 1u] = f16_bits(k0) | (f16_bits(k1) << 16u);
+    values[at >> 1u] = f16_bits(v0) | (f16_bits(v1) << 16u);
+}
+
 // f32 to f16 bits, rounding to nearest with ties to even, in integer arithmetic:
 // pack2x16float's rounding is left to the implementation, and the CPU's is this one.
 fn f16_bits(v: f32) -> u32 {
@@ -34,11 +42,4 @@ fn f16_bits(v: f32) -> u32 {
         h += 1u;
     }
     return h;
-}
-
-fn stored(v: f32) -> f32 {
-    if (p.round_f16 != 0u) {
-        return unpack2x16float(f16_bits(v)).x;
-    }
-    return v;
 }
