@@ -75,6 +75,8 @@ def counters(report):
                 "bytes_read_per_run": round(c["bytes_read"] / runs),
                 "median_record_us": rounded(use.get("median_record_us"), 1),
                 "record_us_per_dispatch": rounded(use.get("record_us_per_dispatch"), 2),
+                "ahead_share": round(c.get("ahead_runs", 0) / runs, 2),
+                "ahead_us_per_run": round(c.get("ahead_nanos", 0) / runs / 1e3, 1),
             }
     return None
 
@@ -154,8 +156,8 @@ def main():
                          f"| {fmt(r['gpu_drawn'].get(test))} | {fmt(v)} | {ratio} |")
     lines += ["", "| model | greedy tokens equal | max top-3 logit gap | dispatches / step "
               "| submits / step | waits / step | buffers made | bytes read / step | record µs / step "
-              "| µs / dispatch |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| µs / dispatch | steps recorded ahead | µs recorded ahead / step |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g, c = r["greedy"] or {}, r["counters"] or {}
         lines.append(
@@ -164,7 +166,8 @@ def main():
             f"| {c.get('submits_per_run', '')} | {c.get('waits_per_run', '')} "
             f"| {c.get('buffers_created', '')} | {c.get('bytes_read_per_run', '')} "
             f"| {c.get('median_record_us') or ''} "
-            f"| {c.get('record_us_per_dispatch') or ''} |")
+            f"| {c.get('record_us_per_dispatch') or ''} "
+            f"| {c.get('ahead_share', '')} | {c.get('ahead_us_per_run', '')} |")
     for r in rows:
         p = r["gpu_profile"]
         if not p:

@@ -94,13 +94,13 @@ pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// them as the pool's type holds them (`f16`: two to a word, rounded as the CPU's f16
 /// cache rounds).
 pub(super) fn kv_write(f16: bool) -> Source {
-    kv_kernel("kv_write", f16, KV_WRITE_F32, KV_WRITE_F16)
+    kv_kernel("kv_write", "kv_write", f16, KV_WRITE_F32, KV_WRITE_F16)
 }
 
 /// The kernel roping a step's queries and keys and writing its keys and values into
 /// the pool, stored as [`kv_write`] stores them.
 pub(super) fn rope_kv(f16: bool) -> Source {
-    kv_kernel("rope_kv", f16, ROPE_KV_F32, ROPE_KV_F16)
+    kv_kernel("rope_kv", "rope_kv", f16, ROPE_KV_F32, ROPE_KV_F16)
 }
 
 /// Attention over the cached keys and values with an online softmax, reading the pool
@@ -108,20 +108,21 @@ pub(super) fn rope_kv(f16: bool) -> Source {
 /// alone reads it.
 pub(super) fn attend(quantized: bool, f16: bool) -> Source {
     if quantized {
-        kv_kernel("attention_q8", f16, ATTEND_Q8_F32, ATTEND_Q8_F16)
+        kv_kernel(
+            "attention",
+            "attention_q8",
+            f16,
+            ATTEND_Q8_F32,
+            ATTEND_Q8_F16,
+        )
     } else {
-        kv_kernel("attention", f16, ATTEND_F32, ATTEND_F16)
+        kv_kernel("attention", "attention", f16, ATTEND_F32, ATTEND_F16)
     }
 }
 
-/// The variant of a kernel for an f32 or an f16 pool, named apart for the pipeline
-/// cache and of the kind its name's first word says.
-fn kv_kernel(name: &'static str, f16: bool, f32_wgsl: &str, f16_wgsl: &str) -> Source {
-    let kind = if name.starts_with("attention") {
-        "attention"
-    } else {
-        name
-    };
+/// The variant of a `kind` kernel for an f32 or an f16 pool, named apart for the
+/// pipeline cache.
+fn kv_kernel(kind: &'static str, name: &str, f16: bool, f32_wgsl: &str, f16_wgsl: &str) -> Source {
     let (name, wgsl) = if f16 {
         (format!("{name}_f16"), f16_wgsl)
     } else {
