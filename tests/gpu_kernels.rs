@@ -330,28 +330,23 @@ fn attention_sequence(
     }
 }
 
+/// Prefill 9 on the GPU, decode 3 on the GPU, then 2 steps whose attention runs on the
+/// CPU (rows come back from the GPU), then one on the GPU again (rows go up).
+const MIGRATING: [(usize, bool); 7] = [
+    (9, true),
+    (1, true),
+    (1, true),
+    (1, true),
+    (3, false),
+    (1, false),
+    (2, true),
+];
+
 #[test]
 fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
     let Some(gpu) = open() else { return };
-    // Prefill 9 on the GPU, decode 3 on the GPU, then 2 steps whose attention runs on
-    // the CPU (rows come back from the GPU), then one on the GPU again (rows go up).
-    let steps = [
-        (9, true),
-        (1, true),
-        (1, true),
-        (1, true),
-        (3, false),
-        (1, false),
-        (2, true),
-    ];
-    attention_sequence(
-        &gpu,
-        4,
-        KvDType::F32,
-        &steps,
-        1e-4,
-        AttentionVariant::default(),
-    );
+    let variant = AttentionVariant::default();
+    attention_sequence(&gpu, 4, KvDType::F32, &MIGRATING, 1e-4, variant);
 }
 
 /// The same steps over an f16 cache: the GPU's pool holds f16 values two to a word and
@@ -360,23 +355,8 @@ fn attention_over_a_gpu_cache_matches_the_cpu_across_prefill_decode_and_migratio
 #[test]
 fn attention_over_an_f16_gpu_cache_matches_the_cpu_across_prefill_decode_and_migration() {
     let Some(gpu) = open() else { return };
-    let steps = [
-        (9, true),
-        (1, true),
-        (1, true),
-        (1, true),
-        (3, false),
-        (1, false),
-        (2, true),
-    ];
-    attention_sequence(
-        &gpu,
-        6,
-        KvDType::F16,
-        &steps,
-        1e-4,
-        AttentionVariant::default(),
-    );
+    let variant = AttentionVariant::default();
+    attention_sequence(&gpu, 6, KvDType::F16, &MIGRATING, 1e-4, variant);
 }
 
 /// Gemma 2 / Mistral attention: a 4-position sliding window and soft-capped scores,
