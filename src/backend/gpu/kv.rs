@@ -6,6 +6,7 @@
 //! dispatch can serve every sequence of a batched step through their tables.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -90,15 +91,17 @@ impl KvPool {
         BLOCK * self.width * self.value_bytes()
     }
 
-    /// `values` as the pool stores them.
-    fn stored(&self, values: &[f32]) -> Vec<u8> {
+    /// `values` as the pool stores them (f32 values as they are, without a copy).
+    fn stored<'a>(&self, values: &'a [f32]) -> Cow<'a, [u8]> {
         if self.f16 {
-            values
-                .iter()
-                .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
-                .collect()
+            Cow::Owned(
+                values
+                    .iter()
+                    .flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes())
+                    .collect(),
+            )
         } else {
-            bytemuck::cast_slice(values).to_vec()
+            Cow::Borrowed(bytemuck::cast_slice(values))
         }
     }
 

@@ -3,8 +3,8 @@
 //! kind, passes, submits, buffers and bind groups created, bytes written and read
 //! back, blocking waits, the host time to record a run on its step's path (median, and
 //! per dispatch), the time inside the queue's submit, and the runs recorded ahead
-//! beside the submit before them with that recording's time. The instruments for a GPU step, whose time is mostly overhead that
-//! cannot be seen without the device.
+//! beside the submit before them with that recording's time. The instruments for a GPU
+//! step, whose time is mostly overhead that cannot be seen without the device.
 
 use serde::Serialize;
 use switchyard::backend::DeviceCounters;
