@@ -153,7 +153,13 @@ fn open() -> Option<Arc<dyn Backend>> {
 fn k_quant_products_and_embeddings_match_the_reference_and_the_cpu() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(46);
-    let shapes = [(1, 256, 33), (9, 512, 17), (17, 768, 70), (1, 2048, 40)];
+    let shapes = [
+        (1, 256, 33),
+        (9, 512, 17),
+        (17, 768, 70),
+        (1, 2048, 40),
+        (130, 512, 70),
+    ];
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         check_format(&gpu, &mut rng, dtype, &shapes, K_QUANT_VS_CPU);
     }
@@ -163,7 +169,13 @@ fn k_quant_products_and_embeddings_match_the_reference_and_the_cpu() {
 fn q5_products_and_embeddings_match_the_reference_and_the_cpu() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(47);
-    let shapes = [(1, 64, 33), (9, 96, 17), (17, 576, 100), (1, 1536, 40)];
+    let shapes = [
+        (1, 64, 33),
+        (9, 96, 17),
+        (17, 576, 100),
+        (1, 1536, 40),
+        (129, 96, 70),
+    ];
     for dtype in [DType::Q5_0, DType::Q5_1] {
         check_format(&gpu, &mut rng, dtype, &shapes, 1e-4);
     }
@@ -173,7 +185,13 @@ fn q5_products_and_embeddings_match_the_reference_and_the_cpu() {
 fn bf16_products_and_embeddings_match_the_reference_and_the_cpu() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(48);
-    let shapes = [(1, 37, 29), (9, 33, 70), (19, 64, 9), (1, 301, 13)];
+    let shapes = [
+        (1, 37, 29),
+        (9, 33, 70),
+        (19, 64, 9),
+        (1, 301, 13),
+        (140, 70, 37),
+    ];
     check_format(&gpu, &mut rng, DType::BF16, &shapes, BF16_VS_CPU);
 }
 

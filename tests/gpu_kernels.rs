@@ -162,7 +162,14 @@ fn elementwise_norm_softmax_and_rope_match_the_cpu() {
 fn dense_matmul_and_embedding_match_the_cpu() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(2);
-    for (m, k, n) in [(1, 37, 29), (5, 33, 70), (19, 64, 9)] {
+    // m ≥ 128 takes the tiled kernel: ragged tiles, k not a multiple of the tile's.
+    for (m, k, n) in [
+        (1, 37, 29),
+        (5, 33, 70),
+        (19, 64, 9),
+        (130, 70, 45),
+        (128, 96, 64),
+    ] {
         let x = rng.vec(m * k, 2.0);
         let w = rng.vec(n * k, 2.0);
         for dtype in [DType::F32, DType::F16] {
@@ -211,7 +218,15 @@ fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
     let Some(gpu) = open() else { return };
     let mut rng = Lcg(3);
     for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
-        for (m, k, n) in [(1, 64, 33), (9, 96, 17), (5, 576, 100), (1, 1536, 40)] {
+        // m ≥ 128 takes the tiled kernel (an odd number of blocks, ragged tiles).
+        for (m, k, n) in [
+            (1, 64, 33),
+            (9, 96, 17),
+            (5, 576, 100),
+            (1, 1536, 40),
+            (129, 96, 70),
+            (128, 576, 100),
+        ] {
             let x = rng.vec(m * k, 2.0);
             let (bytes, w) = quantized(&mut rng, dtype, n, k);
             let mut weights = Weights::default();
@@ -250,6 +265,50 @@ fn block_format_matmul_and_embedding_match_the_cpu_and_exact_dequantization() {
             assert_eq!(got, want, "embedding {dtype} dequantizes exactly");
             assert_eq!(got, from_cpu, "embedding {dtype} equals the CPU's");
         }
+    }
+}
+
+/// A product of many rows (workgroups of 32 rows) gives each row the bits that row
+/// gets in products of a few rows (workgroups of 8): a sequence's logits do not depend
+/// on the batch it runs in.
+#[test]
+fn a_product_of_many_rows_gives_each_row_the_bits_of_a_few() {
+    let Some(gpu) = open() else { return };
+    let mut rng = Lcg(5);
+    let (m, k, n) = (150, 512, 45);
+    for dtype in [DType::F16, DType::Q4_1, DType::Q4K, DType::Q6K] {
+        let x = rng.vec(m * k, 2.0);
+        let bytes = match dtype {
+            DType::F16 => rng
+                .vec(n * k, 2.0)
+                .iter()
+                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            _ => quantized(&mut rng, dtype, n, k).0,
+        };
+        let run = |rows: std::ops::Range<usize>| -> Vec<u32> {
+            let mut weights = Weights::default();
+            weights.put("w", dtype, &[n, k], bytes.clone());
+            let store = WeightStore::new(Arc::new(weights));
+            let set = BackendSet::new(vec![cpu(), gpu.clone()]).unwrap();
+            let graph = matmul_graph(dtype, rows.len(), k, n);
+            let exec = executor(graph, &set, &store, BackendId::GPU);
+            let x = Tensor::from_f32([rows.len(), k], &x[rows.start * k..rows.end * k]).unwrap();
+            let out = exec.run(&[("x", x)], &mut StepState::stateless()).unwrap();
+            out[0]
+                .to_f32_vec()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        let many = run(0..m);
+        let few: Vec<u32> = (0..m)
+            .step_by(13)
+            .flat_map(|r| run(r..(r + 13).min(m)))
+            .collect();
+        let differ = many.iter().zip(&few).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 0, "{dtype}: {differ} of {} outputs differ", m * n);
     }
 }
 

@@ -293,8 +293,9 @@ fn sequences_stepped_together_on_the_gpu_get_the_logits_they_get_alone() {
     };
     let (_dir, config, weights) = open_model(true);
     let mut runner = gpu_batch_runner(Arc::new(gpu), config, weights);
-    // Prompts of different lengths (one past a 32-position block), four decode steps.
-    let prompts: Vec<Vec<u32>> = [5usize, 1, 37, 12]
+    // Prompts of different lengths (past a 32-position block; the second step, two decodes
+    // and two whole prompts, is 129 rows: products of 32 rows a workgroup), four decodes.
+    let prompts: Vec<Vec<u32>> = [5usize, 1, 64, 63]
         .iter()
         .enumerate()
         .map(|(s, &n)| {

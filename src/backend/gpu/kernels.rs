@@ -47,7 +47,8 @@ pub(super) const SWIGLU_Q8: &str = concat!(
 /// Output columns one product workgroup computes (64 threads, 8 lanes a column); the
 /// same constant as in `products_head.wgsl`.
 pub(super) const MATMUL_COLUMNS: usize = 8;
-/// Rows of x one product workgroup computes; `ROWS` in `products_head.wgsl`.
+/// Rows of x one product workgroup computes for decode and small batches (`ROWS` in
+/// `products_head.wgsl`; 32 for many rows, `products::rows_per_group`).
 pub(super) const MATMUL_ROWS: usize = 8;
 /// Bytes of one quantized block of 32 activations (three `vec4<u32>`).
 pub(super) const QUANTIZED_BLOCK_BYTES: usize = 48;

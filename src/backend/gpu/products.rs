@@ -53,8 +53,25 @@ fn rename(source: &str, names: &[&str], suffix: &str) -> String {
     out
 }
 
-/// The kernel for `parts` weights of `dtype`; `residual[i]` says whether part `i` adds one.
-pub(super) fn source(dtype: DType, residual: &[bool]) -> Option<Source> {
+/// Rows of x one product workgroup computes for a product of `m` rows: 8 for decode,
+/// small batches and a prompt's 64-row chunks, where a GPU needs many workgroups, and 32
+/// from [`MANY_ROWS`] rows on, where workgroups of 8 rows would read each weight row 16
+/// times or more (decision 200). Either way each output's arithmetic is the same
+/// (`products_head.wgsl`), so the choice never changes a result.
+pub(super) fn rows_per_group(m: usize) -> usize {
+    if m >= MANY_ROWS {
+        32
+    } else {
+        kernels::MATMUL_ROWS
+    }
+}
+
+/// Rows of a product from which its workgroups compute 32 rows each.
+pub(super) const MANY_ROWS: usize = 128;
+
+/// The kernel for `parts` weights of `dtype` computing `rows` rows a workgroup (8 or
+/// 32); `residual[i]` says whether part `i` adds one.
+pub(super) fn source(dtype: DType, residual: &[bool], rows: usize) -> Option<Source> {
     let (word, reader) = kernels::format(dtype)?;
     let blocks = dtype.is_quantized();
     let (xtype, body) = if blocks {
@@ -65,7 +82,10 @@ pub(super) fn source(dtype: DType, residual: &[bool]) -> Option<Source> {
     let mut names = kernels::FORMAT_NAMES.to_vec();
     names.push("accumulate");
     let parts = residual.len();
-    let mut wgsl = kernels::PRODUCTS_HEAD.replace("XTYPE", xtype);
+    let rows_n = format!("{rows}u");
+    let mut wgsl = kernels::PRODUCTS_HEAD
+        .replace("XTYPE", xtype)
+        .replace("ROWS_N", &rows_n);
     let mut binding = 2;
     for g in 0..parts {
         wgsl += &format!("@group(0) @binding({binding}) var<storage, read> w{g}: array<{word}>;\n");
@@ -100,7 +120,7 @@ pub(super) fn source(dtype: DType, residual: &[bool]) -> Option<Source> {
         store += &format!("{otherwise} if (g == {g}u) {{\n        y{g}[i] = {sum};\n    }}");
     }
     wgsl += &format!(
-        "fn accumulate_part(g: u32, col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, 8>>) {{\n   {accumulate}\n}}\n\nfn store(g: u32, i: u32, sum: f32) {{\n   {store}\n}}\n"
+        "fn accumulate_part(g: u32, col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, ROWS>>) {{\n   {accumulate}\n}}\n\nfn store(g: u32, i: u32, sum: f32) {{\n   {store}\n}}\n"
     );
     let flags: String = residual
         .iter()
@@ -108,7 +128,7 @@ pub(super) fn source(dtype: DType, residual: &[bool]) -> Option<Source> {
         .collect();
     Some(Source {
         kind: "matmul",
-        name: format!("products/{dtype}/{flags}"),
+        name: format!("products/{dtype}/{rows}/{flags}"),
         wgsl,
     })
 }
@@ -124,7 +144,8 @@ pub(super) fn record(
     parts: &[PartBuffers<'_>],
 ) -> Result<Dispatch, BackendError> {
     let residual: Vec<bool> = parts.iter().map(|p| p.residual.is_some()).collect();
-    let source = source(dtype, &residual)
+    let rows = rows_per_group(m);
+    let source = source(dtype, &residual, rows)
         .ok_or_else(|| BackendError::Input(format!("the GPU has no product kernel for {dtype}")))?;
     let mut ends = [0u32; MAX_PARTS];
     let mut total = 0;
@@ -145,11 +166,7 @@ pub(super) fn record(
     buffers.extend(parts.iter().map(|p| p.weight));
     buffers.extend(parts.iter().map(|p| p.out));
     buffers.extend(parts.iter().filter_map(|p| p.residual));
-    let groups = [
-        gx,
-        gy,
-        word("row blocks", m.div_ceil(kernels::MATMUL_ROWS))?,
-    ];
+    let groups = [gx, gy, word("row blocks", m.div_ceil(rows))?];
     dispatch(gpu, &source, &params, &buffers, groups)
 }
 
@@ -192,18 +209,19 @@ mod tests {
             DType::Q5K,
             DType::Q6K,
         ] {
-            for parts in 1..=MAX_PARTS {
+            for (parts, rows) in (1..=MAX_PARTS).flat_map(|p| [(p, 8), (p, 32)]) {
                 let residual: Vec<bool> = (0..parts).map(|g| g % 2 == 1).collect();
-                let s = source(dtype, &residual).expect("a kernel");
+                let s = source(dtype, &residual, rows).expect("a kernel");
                 for g in 0..parts {
                     assert!(s.wgsl.contains(&format!("fn accumulate{g}(")), "{}", s.name);
                     assert!(s.wgsl.contains(&format!("var<storage, read> w{g}:")));
                 }
                 assert_eq!(s.wgsl.contains("r1["), parts > 1, "{}", s.name);
+                assert!(s.wgsl.contains(&format!("const ROWS: u32 = {rows}u;")));
                 valid(&s);
             }
             valid(&kernels::embedding(dtype).expect("an embedding kernel"));
         }
-        assert!(source(DType::Q3K, &[false]).is_none());
+        assert!(source(DType::Q3K, &[false], 8).is_none());
     }
 }

@@ -5,8 +5,8 @@
 // 32-weight formats that is the CPU's (and llama.cpp's) per-block arithmetic, summed in
 // another order, which keeps the GPU within quantization noise of the CPU and llama.cpp
 // (decision 27), not on the CPU's exact bits; the K-quants' activations are quantized
-// per 32 here where the CPU quantizes them per 256 (decision 146).
-fn accumulate(col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, 8>>) {
+// per 256, as the CPU quantizes them (decision 151).
+fn accumulate(col: u32, row0: u32, lane: u32, acc: ptr<function, array<f32, ROWS>>) {
     let blocks = p.k / 32u;
     let rows = min(ROWS, p.m - row0);
     for (var b = lane; b < blocks; b += LANES) {
