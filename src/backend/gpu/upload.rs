@@ -88,12 +88,23 @@ impl Upload {
     /// Writes what was queued through the buffer's mapping (waiting for it only if the
     /// previous step's outputs were never waited for) and returns the copies that take
     /// it to each destination, for the step's encoder to record before its pass.
-    /// Leaves the queue empty.
+    /// Leaves the queue empty, also when it fails: a failed step's bytes never reach
+    /// the next step's buffers.
     pub fn send(&mut self, gpu: &Gpu) -> Result<Sent, BackendError> {
-        if self.copies.is_empty() {
+        let copies = std::mem::take(&mut self.copies);
+        let mut bytes = std::mem::take(&mut self.bytes);
+        let sent = self.write(gpu, &bytes, copies);
+        bytes.clear();
+        self.bytes = bytes;
+        sent
+    }
+
+    /// [`Upload::send`]'s work: `bytes` through the mapping, for `copies`.
+    fn write(&mut self, gpu: &Gpu, bytes: &[u8], copies: Vec<Copy>) -> Result<Sent, BackendError> {
+        if copies.is_empty() {
             return Ok(Sent::default());
         }
-        let need = self.bytes.len() as u64;
+        let need = bytes.len() as u64;
         match &self.buffer {
             Some(b) if b.size() >= need => self.wait_mapped(gpu)?,
             _ => {
@@ -106,11 +117,10 @@ impl Upload {
         }
         let buffer = self.buffer.as_ref().expect("made above");
         self.set(Map::Idle);
-        gpu.write_mapped(buffer, &self.bytes)?;
-        self.bytes.clear();
+        gpu.write_mapped(buffer, bytes)?;
         Ok(Sent {
             from: Some(buffer.clone()),
-            copies: std::mem::take(&mut self.copies),
+            copies,
         })
     }
 
