@@ -97,6 +97,12 @@ impl AttentionNode {
                 self.head_dim
             )));
         }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(BackendError::Input(format!(
+                "attention: the GPU kernels take heads of an even number of dimensions, not {}",
+                self.head_dim
+            )));
+        }
         let (keys, values) = pool_layer;
         let width = self.kv_heads * self.head_dim;
         let (heads, n) = (word("heads", self.heads)?, word("tokens", self.n)?);
@@ -104,12 +110,6 @@ impl AttentionNode {
             word("kv heads", self.kv_heads)?,
             word("head dim", self.head_dim)?,
         );
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(BackendError::Input(format!(
-                "attention: the GPU kernels take heads of an even number of dimensions, not {}",
-                self.head_dim
-            )));
-        }
         let f16 = layout.dtype == KvDType::F16;
         let pairs = word("kv element pairs", self.n * width / 2)?;
         let (rows, tables) = (&step.rows, &step.tables);

@@ -95,85 +95,77 @@ pub(super) const ROPE: &str = include_str!("shaders/rope.wgsl");
 /// them as the pool's type holds them (`f16`: two to a word, rounded as the CPU's f16
 /// cache rounds).
 pub(super) fn kv_write(f16: bool) -> Source {
-    kv_kernel("kv_write", "kv_write", f16, KV_WRITE_F32, KV_WRITE_F16)
+    kv_kernel(
+        "kv_write",
+        "kv_write",
+        f16,
+        &[include_str!("shaders/kv_write.wgsl"), kv_store(f16)],
+    )
 }
 
 /// The kernel roping a step's queries and keys and writing its keys and values into
 /// the pool, stored as [`kv_write`] stores them.
 pub(super) fn rope_kv(f16: bool) -> Source {
-    kv_kernel("rope_kv", "rope_kv", f16, ROPE_KV_F32, ROPE_KV_F16)
+    kv_kernel(
+        "rope_kv",
+        "rope_kv",
+        f16,
+        &[include_str!("shaders/rope_kv.wgsl"), kv_store(f16)],
+    )
 }
 
 /// Attention over the cached keys and values with an online softmax, reading the pool
 /// as its type holds values; `quantized`: its output quantized for the product that
 /// alone reads it.
 pub(super) fn attend(quantized: bool, f16: bool) -> Source {
+    let body = include_str!("shaders/attend.wgsl");
     if quantized {
+        let out = include_str!("shaders/attend_q8.wgsl");
+        let q8 = include_str!("shaders/q8_block.wgsl");
         kv_kernel(
             "attention",
             "attention_q8",
             f16,
-            ATTEND_Q8_F32,
-            ATTEND_Q8_F16,
+            &[body, out, q8, kv_load(f16)],
         )
     } else {
-        kv_kernel("attention", "attention", f16, ATTEND_F32, ATTEND_F16)
+        let out = include_str!("shaders/attend_out.wgsl");
+        kv_kernel("attention", "attention", f16, &[body, out, kv_load(f16)])
     }
 }
 
-/// The variant of a `kind` kernel for an f32 or an f16 pool, named apart for the
-/// pipeline cache.
-fn kv_kernel(kind: &'static str, name: &str, f16: bool, f32_wgsl: &str, f16_wgsl: &str) -> Source {
-    let (name, wgsl) = if f16 {
-        (format!("{name}_f16"), f16_wgsl)
+/// How the pool's writers store a pair of elements in an f16 or an f32 pool.
+fn kv_store(f16: bool) -> &'static str {
+    if f16 {
+        include_str!("shaders/kv_store_f16.wgsl")
     } else {
-        (name.to_string(), f32_wgsl)
+        include_str!("shaders/kv_store_f32.wgsl")
+    }
+}
+
+/// How attention reads an f16 or an f32 pool.
+fn kv_load(f16: bool) -> &'static str {
+    if f16 {
+        include_str!("shaders/kv_load_f16.wgsl")
+    } else {
+        include_str!("shaders/kv_load_f32.wgsl")
+    }
+}
+
+/// The variant of a `kind` kernel made of `parts` for an f32 or an f16 pool, named
+/// apart for the pipeline cache.
+fn kv_kernel(kind: &'static str, name: &str, f16: bool, parts: &[&str]) -> Source {
+    let name = if f16 {
+        format!("{name}_f16")
+    } else {
+        name.to_string()
     };
     Source {
         kind,
         name,
-        wgsl: wgsl.into(),
+        wgsl: parts.concat(),
     }
 }
-
-const KV_WRITE_F32: &str = concat!(
-    include_str!("shaders/kv_write.wgsl"),
-    include_str!("shaders/kv_store_f32.wgsl")
-);
-const KV_WRITE_F16: &str = concat!(
-    include_str!("shaders/kv_write.wgsl"),
-    include_str!("shaders/kv_store_f16.wgsl")
-);
-const ROPE_KV_F32: &str = concat!(
-    include_str!("shaders/rope_kv.wgsl"),
-    include_str!("shaders/kv_store_f32.wgsl")
-);
-const ROPE_KV_F16: &str = concat!(
-    include_str!("shaders/rope_kv.wgsl"),
-    include_str!("shaders/kv_store_f16.wgsl")
-);
-const ATTEND_F32: &str = concat!(
-    include_str!("shaders/attend.wgsl"),
-    include_str!("shaders/attend_out.wgsl"),
-    include_str!("shaders/kv_load_f32.wgsl")
-);
-const ATTEND_F16: &str = concat!(
-    include_str!("shaders/attend.wgsl"),
-    include_str!("shaders/attend_out.wgsl"),
-    include_str!("shaders/kv_load_f16.wgsl")
-);
-const ATTEND_Q8_F32: &str = concat!(
-    include_str!("shaders/attend.wgsl"),
-    include_str!("shaders/attend_q8.wgsl"),
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/kv_load_f32.wgsl")
-);
-const ATTEND_Q8_F16: &str = concat!(
-    include_str!("shaders/attend.wgsl"),
-    include_str!("shaders/attend_q8.wgsl"),
-    include_str!("shaders/q8_block.wgsl"),
-    include_str!("shaders/kv_load_f16.wgsl")
-);
 
 /// The top-level names a weight format's snippet may declare: products.rs renames them
 /// per weight of a dispatch.
