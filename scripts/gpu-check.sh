@@ -89,9 +89,9 @@ run() {
       "$bin" bench -m "$file" --backends "$b" --coexec off --prompt-tokens "$pp" \
         --gen-tokens "$tg" --batch "$batch" --reps 2 --json > "$out/$m.bench.$b.json" 2>> "$log" || true
     done
-    echo "== $m: bench on the GPU, tokens drawn at temperature 1 on the device" | tee -a "$log"
+    echo "== $m: bench on the GPU, tokens drawn on the device (T 1, top-k 40, top-p 0.95)" | tee -a "$log"
     "$bin" bench -m "$file" --backends cpu,gpu --coexec off --prompt-tokens "$pp" \
-      --gen-tokens "$tg" --batch "$batch" --reps 2 --temperature 1 --json \
+      --gen-tokens "$tg" --batch "$batch" --reps 2 --temperature 1 --top-k 40 --top-p 0.95 --json \
       > "$out/$m.bench.draw.json" 2>> "$log" || true
     case "$m" in
       *q4_1)

@@ -6,8 +6,8 @@
 Reads OUT/doctor.json (the adapter), OUT/tests.jsonl (each GPU test binary's status),
 OUT/MODEL.generate.{cpu,cpu,gpu}.json (greedy tokens with top-3 logits on each backend),
 OUT/MODEL.bench.{cpu,cpu,gpu,draw}.json (`switchyard bench --json`, the last drawing
-each token at temperature 1 on the GPU: tok/s and the device
-counters) and OUT/MODEL.llama-vulkan.json (llama-bench -o json, when it ran), and writes
+each token on the GPU at temperature 1 with top-k 40 and top-p 0.95, llama.cpp's
+defaults: tok/s and the device counters) and OUT/MODEL.llama-vulkan.json (llama-bench -o json, when it ran), and writes
 a report whose Markdown table the GPU page of the docs takes. Standard library only:
 the device machine has nothing else.
 """
@@ -143,7 +143,8 @@ def main():
         "",
         "Tests: " + ", ".join(f"{t['test']} {t['status']}" for t in tests),
         "",
-        "| model | test | cpu tok/s | gpu tok/s | gpu, drawn at T 1 | llama.cpp Vulkan tok/s "
+        "| model | test | cpu tok/s | gpu tok/s | gpu, drawn (T 1, top-k 40, top-p 0.95) "
+        "| llama.cpp Vulkan tok/s "
         "| gpu / llama.cpp |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]

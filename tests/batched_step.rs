@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use switchyard::backend::cpu::draw::draw;
+use switchyard::backend::cpu::cut::Cut;
+use switchyard::backend::cpu::draw::{draw, Scratch};
 use switchyard::backend::cpu::greedy;
 use switchyard::backend::{cpu::CpuBackend, Backend, BackendSet};
 use switchyard::decode::sampler::{Sampler, SamplerConfig};
@@ -360,8 +361,13 @@ fn drawn_steps_return_the_draw_of_the_logits() {
     let mut runner = runner(&model);
     let prompts = prompts(&model);
     let prompts = &prompts[..4];
-    // (temperature, min-p) a sequence; the last is greedy.
-    let settings = [(0.6, 0.0), (1.0, 0.05), (1.7, 0.2), (0.0, 0.0)];
+    // (temperature, min-p, cut) a sequence; the last is greedy.
+    let settings = [
+        (0.6, 0.0, Cut::NONE),
+        (1.0, 0.05, Cut::new(40, 0.95)),
+        (1.7, 0.2, Cut::new(0, 0.8)),
+        (0.0, 0.0, Cut::NONE),
+    ];
     let mut state = 0x005E_ED0F_D4A7_u64;
     let mut bits = move || {
         state = state
@@ -376,13 +382,13 @@ fn drawn_steps_return_the_draw_of_the_logits() {
             .collect()
     };
     let (mut logits_seqs, mut drawn_seqs) = (new_seqs(&mut runner), new_seqs(&mut runner));
-    let mut sums = Vec::new();
+    let mut scratch = Scratch::default();
     let mut next: Vec<Vec<u32>> = prompts.to_vec();
     for step in 0..4 {
         let heads: Vec<Returns> = settings
             .iter()
-            .map(|&(t, min_p)| {
-                DrawSettings::new(t, min_p, bits()).map_or(Returns::Token, Returns::Draw)
+            .map(|&(t, min_p, cut)| {
+                DrawSettings::new(t, min_p, cut, bits()).map_or(Returns::Token, Returns::Draw)
             })
             .collect();
         let logits = step_all(&mut runner, &mut logits_seqs, &next, &[Returns::Logits; 4]);
@@ -392,7 +398,10 @@ fn drawn_steps_return_the_draw_of_the_logits() {
                 panic!("step {step}: logits and tokens expected")
             };
             let expected = match head {
-                Returns::Draw(d) => draw(l, d.temperature(), d.min_p(), d.bits(), &mut sums),
+                Returns::Draw(d) => {
+                    let (t, min_p, cut) = (d.temperature(), d.min_p(), d.cut());
+                    draw(l, t, min_p, cut, d.bits(), &mut scratch)
+                }
                 _ => greedy(l),
             }
             .map(|t| t as u32);
@@ -404,28 +413,38 @@ fn drawn_steps_return_the_draw_of_the_logits() {
         runner.new_sequence().unwrap(),
         runner.new_sequence().unwrap(),
     );
-    let settings = DrawSettings::new(0.9, 0.1, 0x8000_0001).unwrap();
+    let cut = Cut::new(20, 0.9);
+    let settings = DrawSettings::new(0.9, 0.1, cut, 0x8000_0001).unwrap();
     let alone = runner
         .forward_token(&mut a, &prompts[0], Returns::Draw(settings))
         .unwrap();
     let logits = runner.forward(&mut b, &prompts[0]).unwrap();
-    let expected = draw(&logits, 0.9, 0.1, 0x8000_0001, &mut sums);
+    let expected = draw(&logits, 0.9, 0.1, cut, 0x8000_0001, &mut scratch);
     assert_eq!(alone, expected.map(|t| t as u32));
 }
 
-/// A generation whose sampler draws over the whole vocabulary takes the same tokens
-/// whether its steps draw on the device or return logits for the sampler (asking for
-/// the best logits makes them return logits): the random bits are consumed alike.
+/// A generation whose sampler draws (over the whole vocabulary, or cut by top-k and
+/// top-p) takes the same tokens whether its steps draw on the device or return logits
+/// for the sampler (asking for the best logits makes them return logits): the random
+/// bits are consumed alike.
 #[test]
 fn a_seeded_generation_draws_the_same_tokens_on_the_device_as_from_logits() {
     let path = fetch::default_model_path(false).expect("fetching the default model");
     let model = Model::open(&path).unwrap();
     let mut runner = runner(&model);
     let prompt = &prompts(&model)[2];
-    for (seed, temperature, min_p) in [(1, 1.0, 0.0), (7, 0.7, 0.0), (42, 1.4, 0.05)] {
+    for (seed, temperature, min_p, top_k, top_p) in [
+        (1, 1.0, 0.0, 0, 1.0),
+        (7, 0.7, 0.0, 0, 1.0),
+        (42, 1.4, 0.05, 0, 1.0),
+        (3, 0.8, 0.05, 40, 0.95),
+        (5, 1.0, 0.0, 0, 0.9),
+    ] {
         let config = SamplerConfig {
             temperature,
             min_p,
+            top_k,
+            top_p,
             seed,
             ..SamplerConfig::default()
         };

@@ -19,6 +19,8 @@ use gpu_single_op::{both, cpu, executor, f64_product, matmul_graph, relative_err
 use std::sync::Arc;
 
 use half::f16;
+use switchyard::backend::cpu::cut::{floor, Cut, Scratch};
+use switchyard::backend::cpu::draw::sanitized_max;
 use switchyard::backend::{
     Backend, BackendId, BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor,
 };
@@ -27,6 +29,7 @@ use switchyard::coexec::{split_graph, SplitRule};
 use switchyard::exec::Executor;
 use switchyard::graph::{
     AttentionParams, AttentionVariant, DType, Graph, GraphBuilder, OpKind, RopeMode, ValueId,
+    DRAW_PARAMS,
 };
 use switchyard::plan::{partition_pinned, Placement, Policy};
 
@@ -892,9 +895,9 @@ fn argmax_matches_the_cpu_greedy_rule() {
 }
 
 /// Where the uniform point `bits / 2^32` of `row`'s weights at temperature `t` (0 below
-/// `min_p`) lies, in f64: each token's span `[start, start + weight)` of the total, and
-/// the point.
-fn spans_f64(row: &[f32], t: f32, min_p: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
+/// `min_p`, and for logits below `lowest`) lies, in f64: each token's span `[start,
+/// start + weight)` of the total, and the point.
+fn spans_f64(row: &[f32], t: f32, min_p: f32, lowest: f32, bits: u32) -> (Vec<(f64, f64)>, f64) {
     let clean = |v: f32| {
         if v.is_nan() {
             f64::NEG_INFINITY
@@ -911,7 +914,11 @@ fn spans_f64(row: &[f32], t: f32, min_p: f32, bits: u32) -> (Vec<(f64, f64)>, f6
         .iter()
         .map(|&v| {
             let w = ((clean(v) - best) / f64::from(t)).exp();
-            let w = if w < f64::from(min_p) { 0.0 } else { w };
+            let w = if w < f64::from(min_p) || clean(v) < f64::from(lowest) {
+                0.0
+            } else {
+                w
+            };
             let span = (start, w);
             start += w;
             span
@@ -920,11 +927,12 @@ fn spans_f64(row: &[f32], t: f32, min_p: f32, bits: u32) -> (Vec<(f64, f64)>, f6
     (spans, f64::from(bits) / 4_294_967_296.0 * start)
 }
 
-/// The GPU's draw (the graph's `Draw`, min-p or not) picks a token whose span of the
-/// cumulative weights holds the uniform point, within f32 rounding of the total (checked in f64),
-/// and almost always the very token the CPU's draw picks (they part only where the point
-/// falls within rounding of a boundary between two tokens); rows at temperature 0 take
-/// the greedy pick exactly, and a row of -inf and NaN picks nothing.
+/// The GPU's draw (the graph's `Draw`, min-p, top-k and top-p or not) picks a token at
+/// or above the floor the CPU's top-k and top-p set, whose span of the cumulative
+/// weights holds the uniform point, within f32 rounding of the total (checked in f64),
+/// and almost always the very token the CPU's draw picks (they part only where the
+/// point falls within rounding of a boundary between two tokens); rows at temperature
+/// 0 take the greedy pick exactly, and a row of -inf and NaN picks nothing.
 #[test]
 fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
     let Some(gpu) = open() else { return };
@@ -944,43 +952,59 @@ fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
                 _ => *v,
             };
         }
-        // (temperature, min-p) by row.
+        // (temperature, min-p, top-k, top-p) by row.
         let kinds = [
-            (0.7, 0.0),
-            (1.0, 0.0),
-            (1.0, 0.05),
-            (0.0, 0.0),
-            (1.6, 0.0),
-            (0.25, 0.3),
+            (0.7, 0.0, 0, 1.0),
+            (1.0, 0.0, 40, 1.0),
+            (1.0, 0.05, 0, 0.9),
+            (0.0, 0.0, 5, 0.5),
+            (1.6, 0.0, 0, 1.0),
+            (0.25, 0.3, 0, 1.0),
+            (1.2, 0.0, 100, 0.95),
+            (0.9, 0.0, 3, 1.0),
+            (2.0, 0.0, 0, 0.3),
         ];
-        let mut settings = Vec::with_capacity(3 * rows);
+        let mut settings = Vec::with_capacity(DRAW_PARAMS * rows);
         for r in 0..rows {
-            let (t, min_p): (f32, f32) = kinds[r % kinds.len()];
+            let (t, min_p, top_k, top_p): (f32, f32, usize, f32) = kinds[r % kinds.len()];
             let bits = ((rng.next() + 0.5) * 4_294_967_295.0) as u32;
-            settings.extend([t.to_bits(), min_p.to_bits(), bits].map(|w| w as i32));
+            let [k, p] = Cut::new(top_k, top_p).words();
+            settings.extend([t.to_bits(), min_p.to_bits(), bits, k, p].map(|w| w as i32));
         }
         let inputs = [
             ("x", Tensor::from_f32([rows, width], &x).unwrap()),
-            ("settings", Tensor::from_i32([rows, 3], &settings).unwrap()),
+            (
+                "settings",
+                Tensor::from_i32([rows, DRAW_PARAMS], &settings).unwrap(),
+            ),
         ];
         let build = || {
             one(|g| {
                 let ix = g.input("x", DType::F32, [rows, width]).unwrap();
-                let is = g.input("settings", DType::I32, [rows, 3]).unwrap();
+                let is = g
+                    .input("settings", DType::I32, [rows, DRAW_PARAMS])
+                    .unwrap();
                 g.draw(ix, is).unwrap()
             })
         };
         let (got, want) = both(&gpu, build, Weights::default(), &inputs);
         assert_eq!(got[0], -1.0, "width {width}: a row with nothing to pick");
         for r in 0..rows {
-            let t = f32::from_bits(settings[3 * r] as u32);
-            let min_p = f32::from_bits(settings[3 * r + 1] as u32);
-            let bits = settings[3 * r + 2] as u32;
+            let words = &settings[DRAW_PARAMS * r..DRAW_PARAMS * (r + 1)];
+            let t = f32::from_bits(words[0] as u32);
+            let min_p = f32::from_bits(words[1] as u32);
+            let bits = words[2] as u32;
+            let cut = Cut::from_words(words[3] as u32, words[4] as u32);
             if t == 0.0 || r == 0 {
                 assert_eq!(got[r], want[r], "width {width}, row {r}: greedy");
                 continue;
             }
-            let (spans, point) = spans_f64(&x[row(r)], t, min_p, bits);
+            let max = sanitized_max(&x[row(r)]);
+            let lowest = match cut.is_none() {
+                true => f32::NEG_INFINITY,
+                false => floor(&x[row(r)], max, t, cut, &mut Scratch::default()),
+            };
+            let (spans, point) = spans_f64(&x[row(r)], t, min_p, lowest, bits);
             let total = spans.last().map_or(0.0, |&(s, w)| s + w);
             let pick = got[r] as usize;
             let (start, weight) = spans[pick];

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use gpu_data::{quantized, Lcg};
 use half::f16;
-use switchyard::backend::cpu::draw::draw;
+use switchyard::backend::cpu::cut::Cut;
+use switchyard::backend::cpu::draw::{draw, Scratch};
 use switchyard::backend::cpu::greedy;
 use switchyard::backend::{
     cpu::CpuBackend, Backend, BackendSet, DeviceCounters, HostTensor, KvDType, SharedBytes,
@@ -278,14 +279,16 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
     }
     let batch = gpu.counters().unwrap().since(&before);
 
-    // The three again, each drawing its token at a temperature on the device: the
-    // CPU's draw from the GPU's logits picks the same (but where the point falls within
-    // rounding of a boundary between two tokens, which these few draws never meet).
+    // The three again, each drawing its token at a temperature on the device (whole
+    // vocabulary, top-k, top-p): the CPU's draw from the GPU's logits picks the same
+    // (but where the point falls within rounding of a boundary between two tokens,
+    // which these few draws never meet).
     let mut seqs: Vec<_> = (0..3).map(|_| on_gpu.new_sequence().unwrap()).collect();
     for seq in &mut seqs {
         on_gpu.forward_greedy(seq, &prompt).unwrap();
     }
-    let mut sums = Vec::new();
+    let mut scratch = Scratch::default();
+    let cuts = [Cut::NONE, Cut::new(40, 1.0), Cut::new(0, 0.9)];
     let mut before = DeviceCounters::default();
     for (i, &t) in decode.iter().enumerate() {
         if i == 1 {
@@ -297,6 +300,7 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
                 DrawSettings::new(
                     0.8,
                     0.02 * s as f32,
+                    cuts[s as usize],
                     0x9E37_79B9u32.wrapping_mul(i as u32 * 3 + s + 1),
                 )
                 .unwrap()
@@ -317,8 +321,9 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
                 &logits[i + 1],
                 d.temperature(),
                 d.min_p(),
+                d.cut(),
                 d.bits(),
-                &mut sums,
+                &mut scratch,
             );
             assert_eq!(
                 returned,
@@ -388,7 +393,7 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
     for (what, g, sequences, more) in [
         ("one", counted.greedy, 1, 2),
         ("three", counted.batch, 3, 2),
-        ("three drawing", counted.drawn, 3, 3),
+        ("three drawing", counted.drawn, 3, 4),
     ] {
         assert_eq!(g.runs, steps, "{name} {dtype}: a run per greedy step");
         let dispatches = g.total_dispatches() / steps;

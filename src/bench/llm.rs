@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::stats::Summary;
+use crate::backend::cpu::cut::Cut;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::ModelError;
 use crate::step::{DrawSettings, Returned, Returns, Runner, Work};
@@ -168,19 +169,23 @@ fn time_prompt(runner: &mut Runner, prompt: &[u32]) -> Result<f64, ModelError> {
 }
 
 /// How a decode test picks each step's token: greedily (temperature 0, as
-/// `llama-bench`), or drawn at a temperature where the logits are computed (decision
-/// 196), from random bits of a fixed seed so runs (and each repetition) repeat.
+/// `llama-bench`), or drawn at a temperature, top-k and top-p cutting or not, where the
+/// logits are computed (decisions 196, 201), from random bits of a fixed seed so runs
+/// (and each repetition) repeat.
 #[derive(Clone, Copy, Debug)]
 pub struct Decode {
     temperature: f32,
+    cut: Cut,
     state: u64,
 }
 
 impl Decode {
-    /// Picks at `temperature` (0: greedy); `None` unless it is finite and at least 0.
-    pub fn at(temperature: f32) -> Option<Decode> {
+    /// Picks at `temperature` (0: greedy) under `cut`; `None` unless the temperature
+    /// is finite and at least 0.
+    pub fn at(temperature: f32, cut: Cut) -> Option<Decode> {
         (temperature.is_finite() && temperature >= 0.0).then_some(Decode {
             temperature,
+            cut,
             state: 0x9E37_79B9_7F4A_7C15,
         })
     }
@@ -195,7 +200,8 @@ impl Decode {
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
-        DrawSettings::new(self.temperature, 0.0, (self.state >> 32) as u32)
+        let bits = (self.state >> 32) as u32;
+        DrawSettings::new(self.temperature, 0.0, self.cut, bits)
             .map_or(Returns::Token, Returns::Draw)
     }
 }

@@ -321,8 +321,9 @@ impl<'t> Decoding<'t> {
     /// What the next step should return for this decoding: only the token, picked where
     /// the logits are computed, when nothing else is read from them (no constraint,
     /// forced tokens, top logits or log-probabilities) and `sampler` picks greedily
-    /// ([`Returns::Token`], decision 147) or by a plain draw ([`Returns::Draw`] with
-    /// the random bits it will use, decision 196); else the logits.
+    /// ([`Returns::Token`], decision 147) or by a draw with no bias or penalty
+    /// ([`Returns::Draw`] with its cut and the random bits it will use, decisions 196
+    /// and 201); else the logits.
     pub fn head(&self, sampler: &mut Sampler) -> Returns {
         if !self.token_only() {
             return Returns::Logits;
@@ -331,7 +332,7 @@ impl<'t> Decoding<'t> {
             return Returns::Token;
         }
         match sampler.device_draw() {
-            Some((t, min_p)) => DrawSettings::new(t, min_p, sampler.device_bits())
+            Some((t, min_p, cut)) => DrawSettings::new(t, min_p, cut, sampler.device_bits())
                 .map_or(Returns::Logits, Returns::Draw),
             None => Returns::Logits,
         }

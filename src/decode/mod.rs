@@ -11,7 +11,6 @@ mod generate;
 
 pub mod constraint;
 pub mod sampler;
-mod sampler_select;
 
 pub use generate::{
     generate, generate_after, prompt_logprobs, token_logprobs, Decoding, FinishReason,

@@ -2,23 +2,24 @@
 //!
 //! The pipeline is: logit biases (OpenAI's `logit_bias`), the repetition penalty
 //! (llama.cpp style, over the recent prompt and generated tokens), the frequency and
-//! presence penalties (OpenAI's, over the generated tokens), then temperature, top-k,
-//! top-p and min-p, then a draw from a seeded ChaCha RNG, so the same seed and inputs
-//! give the same tokens. Temperature 0 (the default) is greedy argmax of the adjusted
-//! logits.
+//! presence penalties (OpenAI's, over the generated tokens), then top-k and top-p as a
+//! floor under the logits ([`crate::backend::cpu::cut`]; ties at it kept), then a draw
+//! at the temperature, min-p applied, from 32 bits of a seeded ChaCha RNG
+//! ([`crate::backend::cpu::draw`]), so the same seed and inputs give the same tokens,
+//! and a device that draws after its head picks with the same rule. Temperature 0 (the
+//! default) is greedy argmax of the adjusted logits.
 //!
 //! Non-finite logits are sanitized rather than rejected: NaN counts as -inf (the token
 //! can never be chosen) and +inf as the largest finite value. Only when no token has a
 //! finite logit does sampling fail.
 
-use rand::{Rng, RngCore, SeedableRng};
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::backend::cpu::{argmax, greedy, sanitize};
 
-use crate::backend::cpu::draw::{draw, sanitized_max, weigh};
-
-use super::sampler_select::{by_logit_desc, nucleus};
+use crate::backend::cpu::cut::Cut;
+use crate::backend::cpu::draw::{draw, Scratch};
 
 pub use crate::model::SamplerError;
 
@@ -107,12 +108,8 @@ impl<'a> History<'a> {
 pub struct Sampler {
     config: SamplerConfig,
     rng: ChaCha8Rng,
-    /// Each token's weight in the last untruncated draw, kept to reuse its allocation.
-    weights: Vec<f32>,
-    /// The sums of those weights by blocks, kept likewise.
-    blocks: Vec<f32>,
-    /// The last top-p draw's candidates, kept to reuse their allocation.
-    cands: Vec<(u32, f32)>,
+    /// What each draw reuses: block sums and the nucleus's candidates.
+    scratch: Scratch,
     /// The random bits of the next whole-vocabulary draw, once asked for by a step that
     /// picks on its device ([`Sampler::device_draw`]), until a pick takes them.
     pending: Option<u32>,
@@ -179,9 +176,7 @@ impl Sampler {
         Ok(Self {
             config,
             rng: ChaCha8Rng::seed_from_u64(seed),
-            weights: Vec::new(),
-            blocks: Vec::new(),
-            cands: Vec::new(),
+            scratch: Scratch::default(),
             pending: None,
         })
     }
@@ -223,125 +218,17 @@ impl Sampler {
                 _ => Err(SamplerError::NoCandidates(logits.len())),
             };
         }
-        if self.config.top_k > 0 && self.config.top_k < logits.len() {
-            self.sample_top_k(logits)
-        } else {
-            self.sample_all(logits)
-        }
+        let (t, min_p) = (self.config.temperature, self.config.min_p);
+        let cut = self.cut();
+        let bits = self.take_bits();
+        draw(logits, t, min_p, cut, bits, &mut self.scratch)
+            .map(|id| id as u32)
+            .ok_or(SamplerError::NoCandidates(logits.len()))
     }
 
-    /// Top-k sampling: the `top_k` best (by logit, then lowest id) selected and sorted,
-    /// then the softmax at temperature, top-p and min-p over them, and a draw.
-    fn sample_top_k(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
-        let c = &self.config;
-        let mut cands: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(id, &l)| (id as u32, sanitize(l)))
-            .filter(|&(_, l)| l > f32::NEG_INFINITY)
-            .collect();
-        if cands.is_empty() {
-            return Err(SamplerError::NoCandidates(logits.len()));
-        }
-        if c.top_k < cands.len() {
-            cands.select_nth_unstable_by(c.top_k - 1, by_logit_desc);
-            cands.truncate(c.top_k);
-        }
-        cands.sort_unstable_by(by_logit_desc);
-        // Softmax at temperature; cands[0] holds the maximum logit.
-        let max = cands[0].1 / c.temperature;
-        let mut probs: Vec<f64> = cands
-            .iter()
-            .map(|&(_, l)| f64::from(l / c.temperature - max).exp())
-            .collect();
-        let total: f64 = probs.iter().sum();
-        probs.iter_mut().for_each(|p| *p /= total);
-        let mut keep = probs.len();
-        if c.top_p < 1.0 {
-            let mut cum = 0.0;
-            keep = probs
-                .iter()
-                .position(|&p| {
-                    cum += p;
-                    cum >= f64::from(c.top_p)
-                })
-                .map_or(keep, |i| i + 1);
-        }
-        if c.min_p > 0.0 {
-            let floor = probs[0] * f64::from(c.min_p);
-            keep = keep.min(probs.iter().take_while(|&&p| p >= floor).count().max(1));
-        }
-        let ids = cands[..keep].iter().map(|&(id, _)| id);
-        Ok(self.draw(ids.zip(probs[..keep].iter().copied())))
-    }
-
-    /// Sampling over the whole vocabulary (no top-k) without sorting it: one pass for
-    /// the maximum, one for each token's weight `e^((l − max)/T)` relative to the best
-    /// (0 below `min_p`), summed by blocks; then [`draw`]'s pick by inverse CDF in id
-    /// order (what a step's `Draw` computes on a device), or, for top-p, a draw over
-    /// the nucleus that [`nucleus`] selects by the unfloored weights' total (in the
-    /// order it leaves them: any order draws each token with its share of the kept
-    /// weight).
-    fn sample_all(&mut self, logits: &[f32]) -> Result<u32, SamplerError> {
-        let (t, min_p, top_p) = (
-            self.config.temperature,
-            self.config.min_p,
-            self.config.top_p,
-        );
-        if top_p >= 1.0 {
-            let bits = self.take_bits();
-            return draw(logits, t, min_p, bits, &mut self.blocks)
-                .map(|id| id as u32)
-                .ok_or(SamplerError::NoCandidates(logits.len()));
-        }
-        let max = sanitized_max(logits);
-        if max == f32::NEG_INFINITY {
-            return Err(SamplerError::NoCandidates(logits.len()));
-        }
-        let (mut weights, mut blocks) = (
-            std::mem::take(&mut self.weights),
-            std::mem::take(&mut self.blocks),
-        );
-        weigh(logits, max, t, 0.0, &mut weights, &mut blocks);
-        let total: f64 = blocks.iter().map(|&b| f64::from(b)).sum();
-        if min_p > 0.0 {
-            weights
-                .iter_mut()
-                .filter(|w| **w < min_p)
-                .for_each(|w| *w = 0.0);
-        }
-        let mut cands = std::mem::take(&mut self.cands);
-        cands.clear();
-        cands.extend(
-            weights
-                .iter()
-                .enumerate()
-                .filter(|&(_, &w)| w > 0.0)
-                .map(|(id, _)| (id as u32, sanitize(logits[id]))),
-        );
-        let keep = nucleus(&mut cands, &weights, f64::from(top_p) * total);
-        let kept = cands[..keep].iter().map(|&(id, _)| id);
-        let id = self.draw(kept.map(|id| (id, f64::from(weights[id as usize]))));
-        self.cands = cands;
-        (self.weights, self.blocks) = (weights, blocks);
-        Ok(id)
-    }
-
-    /// One draw by inverse CDF from `(id, weight)` pairs (at least one positive):
-    /// a uniform point in their total weight, and the pair whose span holds it.
-    fn draw(&mut self, pairs: impl Iterator<Item = (u32, f64)> + Clone) -> u32 {
-        let total: f64 = pairs.clone().map(|(_, w)| w).sum();
-        let mut r = self.rng.gen::<f64>() * total;
-        let mut last = 0;
-        for (id, w) in pairs {
-            if r < w {
-                return id;
-            }
-            r -= w;
-            last = id;
-        }
-        // Rounding left r just above the last span: it belongs to the last token.
-        last
+    /// What top-k and top-p keep, as a draw cuts it ([`crate::backend::cpu::cut`]).
+    fn cut(&self) -> Cut {
+        Cut::new(self.config.top_k, self.config.top_p)
     }
 
     /// The random bits of the next whole-vocabulary draw: those a step asked for
@@ -350,14 +237,14 @@ impl Sampler {
         self.pending.take().unwrap_or_else(|| self.rng.next_u32())
     }
 
-    /// The temperature and min-p of a pick a device makes from the logits it computed
-    /// (the graph's `Draw`, [`draw`]'s rule): `Some` for a draw over the whole
-    /// vocabulary (temperature above 0; no top-k, top-p, bias or penalty), the
-    /// server's default. Greedy decoding is [`Sampler::is_greedy`]'s.
-    pub fn device_draw(&self) -> Option<(f32, f32)> {
+    /// The temperature, min-p and cut of a pick a device makes from the logits it
+    /// computed (the graph's `Draw`, [`draw`]'s rule): `Some` for every draw at a
+    /// temperature above 0 with no bias or penalty (those change logits on the CPU).
+    /// Greedy decoding is [`Sampler::is_greedy`]'s.
+    pub fn device_draw(&self) -> Option<(f32, f32, Cut)> {
         let c = &self.config;
-        let plain = c.temperature > 0.0 && c.top_k == 0 && c.top_p >= 1.0 && !self.adjusts();
-        plain.then_some((c.temperature, c.min_p))
+        let plain = c.temperature > 0.0 && !self.is_greedy() && !self.adjusts();
+        plain.then_some((c.temperature, c.min_p, self.cut()))
     }
 
     /// The random bits the next pick draws with, for a step that picks on its device:
@@ -708,6 +595,22 @@ mod tests {
         let counts = histogram(&mut s, &logits, 1000);
         assert!(
             counts[0] > 0 && counts[1] > 0 && counts[2] + counts[3] == 0,
+            "{counts:?}"
+        );
+    }
+
+    /// Top-k keeps every token tied with the k-th (as Hugging Face's and vLLM's do), so
+    /// a device can cut by a floor alone.
+    #[test]
+    fn top_k_keeps_every_token_tied_with_the_kth() {
+        let logits = [2.0, 1.0, 1.0, 0.0];
+        let mut s = sampler(SamplerConfig {
+            top_k: 2,
+            ..with_temp(1.0)
+        });
+        let counts = histogram(&mut s, &logits, 2000);
+        assert!(
+            counts[0] > 0 && counts[1] > 0 && counts[2] > 0 && counts[3] == 0,
             "{counts:?}"
         );
     }

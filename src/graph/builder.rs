@@ -1,7 +1,9 @@
 //! The builder a model tracer uses: one method per op, each checking operand shapes and
 //! dtypes and inferring the output, so a built graph is always well-formed.
 
-use super::{DType, Graph, GraphError, Node, Op, OpKind, RopeMode, Shape, ValueId, MAX_RANK};
+use super::{
+    DType, Graph, GraphError, Node, Op, OpKind, RopeMode, Shape, ValueId, DRAW_PARAMS, MAX_RANK,
+};
 
 /// Attributes of a grouped-query attention node (see [`Op::Attention`]).
 #[derive(Clone, Copy, Debug)]
@@ -450,7 +452,7 @@ impl GraphBuilder {
         self.push(Op::Argmax, vec![x], rows, DType::I32)
     }
 
-    /// Each row's sampled pick (see [`Op::Draw`]): `x [n, V]`, `params [n, 3] i32` →
+    /// Each row's sampled pick (see [`Op::Draw`]): `x [n, V]`, `params [n, DRAW_PARAMS] i32` →
     /// `[n] i32`.
     pub fn draw(&mut self, x: ValueId, params: ValueId) -> Built {
         let n = self.float_operand(OpKind::Draw, 0, x)?.clone();
@@ -465,10 +467,10 @@ impl GraphBuilder {
         if p.dtype != DType::I32 {
             return Err(dtype_error(OpKind::Draw, 1, p.dtype, "i32"));
         }
-        if p.shape.dims() != [dims[0], 3] {
+        if p.shape.dims() != [dims[0], DRAW_PARAMS] {
             return Err(shape_error(
                 OpKind::Draw,
-                format!("params {} must be [{}, 3]", p.shape, dims[0]),
+                format!("params {} must be [{}, {DRAW_PARAMS}]", p.shape, dims[0]),
             ));
         }
         let rows = Shape::new(vec![dims[0]]);

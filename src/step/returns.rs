@@ -3,9 +3,10 @@
 //! temperature, decision 196), or the logits of every token it evaluates (a scored
 //! prompt's chunk).
 
+use crate::backend::cpu::cut::Cut;
 use crate::backend::{Tensor, TensorData};
 use crate::cache::Pick;
-use crate::graph::{DType, Graph, GraphBuilder, GraphError};
+use crate::graph::{DType, Graph, GraphBuilder, GraphError, DRAW_PARAMS};
 
 use super::{inputs, BatchLogits, StepError};
 
@@ -48,24 +49,27 @@ impl Returns {
     }
 }
 
-/// What a device draw picks with: a temperature above 0, a min-p in `[0, 1]` (0: none)
-/// and the 32 random bits the sequence's sampler gave for this pick.
+/// What a device draw picks with: a temperature above 0, a min-p in `[0, 1]` (0: none),
+/// top-k and top-p as a [`Cut`], and the 32 random bits the sequence's sampler gave
+/// for this pick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrawSettings {
     temperature: u32,
     min_p: u32,
+    cut: Cut,
     bits: u32,
 }
 
 impl DrawSettings {
-    /// The settings of a draw at `temperature` with `min_p` and random `bits`; `None`
-    /// unless the temperature is finite and above 0 (0 is [`Returns::Token`]) and
-    /// `min_p` lies in `[0, 1]`.
-    pub fn new(temperature: f32, min_p: f32, bits: u32) -> Option<DrawSettings> {
+    /// The settings of a draw at `temperature` with `min_p`, `cut` and random `bits`;
+    /// `None` unless the temperature is finite and above 0 (0 is [`Returns::Token`])
+    /// and `min_p` lies in `[0, 1]`.
+    pub fn new(temperature: f32, min_p: f32, cut: Cut, bits: u32) -> Option<DrawSettings> {
         let valid = temperature.is_finite() && temperature > 0.0 && (0.0..=1.0).contains(&min_p);
         valid.then_some(DrawSettings {
             temperature: temperature.to_bits(),
             min_p: min_p.to_bits(),
+            cut,
             bits,
         })
     }
@@ -80,15 +84,21 @@ impl DrawSettings {
         f32::from_bits(self.min_p)
     }
 
+    /// Top-k and top-p.
+    pub fn cut(self) -> Cut {
+        self.cut
+    }
+
     /// The random bits.
     pub fn bits(self) -> u32 {
         self.bits
     }
 
-    /// Its row of the step's `draw` input: the temperature's bits, the min-p's, then
-    /// the random bits.
-    pub(super) fn row(self) -> [i32; 3] {
-        [self.temperature as i32, self.min_p as i32, self.bits as i32]
+    /// Its row of the step's `draw` input ([`DRAW_PARAMS`] words): the temperature's
+    /// bits, the min-p's, the random bits, then the cut's two words.
+    pub(super) fn row(self) -> [i32; DRAW_PARAMS] {
+        let [top_k, top_p] = self.cut.words();
+        [self.temperature, self.min_p, self.bits, top_k, top_p].map(|w| w as i32)
     }
 }
 
@@ -179,7 +189,7 @@ fn picks(output: Tensor, rows: usize) -> Result<Vec<Option<u32>>, StepError> {
 
 /// `graph` (a step whose one output is `[n, vocab]` logits) with `pick` after its
 /// head, so its one output is each row's token, `[n] i32`: greedy decoding's
-/// (`Argmax`), or drawn at each row of an `[n, 3] i32` input named
+/// (`Argmax`), or drawn at each row of an `[n, DRAW_PARAMS] i32` input named
 /// [`inputs::DRAW`] (`Draw`); unchanged for [`Pick::Logits`].
 pub(super) fn with_pick(graph: Graph, pick: Pick) -> Result<Graph, GraphError> {
     if pick == Pick::Logits {
@@ -191,7 +201,7 @@ pub(super) fn with_pick(graph: Graph, pick: Pick) -> Result<Graph, GraphError> {
         picks.push(match pick {
             Pick::Draw => {
                 let rows = b.node(logits)?.shape.dims()[0];
-                let params = b.input(inputs::DRAW, DType::I32, [rows, 3])?;
+                let params = b.input(inputs::DRAW, DType::I32, [rows, DRAW_PARAMS])?;
                 b.draw(logits, params)?
             }
             _ => b.argmax(logits)?,

@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use crate::backend::{KvCache, Segment, StepState, Tensor};
 use crate::cache::{Phase, Pick};
+use crate::graph::DRAW_PARAMS;
 
 use super::returns::{Returns, StepOutput};
 use super::{inputs, step_bucket, BatchLogits, StepError, MAX_STEP_TOKENS, PREFILL_CHUNK};
@@ -89,11 +90,12 @@ impl StepInputs {
             let mut params: Vec<i32> = heads()
                 .flat_map(|w| match w {
                     Returns::Draw(d) => d.row(),
-                    _ => [0; 3],
+                    _ => [0; DRAW_PARAMS],
                 })
                 .collect();
-            params.resize(3 * logits, 0);
-            tensors.push((inputs::DRAW, Tensor::from_i32([logits, 3], &params)?));
+            params.resize(DRAW_PARAMS * logits, 0);
+            let shape = [logits, DRAW_PARAMS];
+            tensors.push((inputs::DRAW, Tensor::from_i32(shape, &params)?));
         }
         Ok(StepInputs {
             phase: match shares.iter().all(|(_, tokens, _)| tokens.len() == 1) {
@@ -198,6 +200,7 @@ fn draws(mut heads: impl Iterator<Item = Returns>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::cut::Cut;
     use crate::step::DrawSettings;
 
     fn i32s(inputs: &StepInputs, name: &str) -> Vec<i32> {
@@ -255,7 +258,7 @@ mod tests {
     #[test]
     fn a_batch_with_a_draw_draws_every_row_and_greedy_ones_at_temperature_zero() {
         let (a, b, c) = ([1], [2], [3]);
-        let draw = DrawSettings::new(0.7, 0.05, 0xDEAD_BEEF).unwrap();
+        let draw = DrawSettings::new(0.7, 0.05, Cut::new(40, 0.5), 0xDEAD_BEEF).unwrap();
         let shares = [
             (4, &a[..], Returns::Draw(draw)),
             (9, &b[..], Returns::Token),
@@ -265,10 +268,10 @@ mod tests {
         assert_eq!(step.pick(), Pick::Draw);
         let params = i32s(&step, inputs::DRAW);
         // Two logits rows padded to the step's bucket of sequences, each its settings.
-        assert_eq!(params.len(), 3 * step.logits());
-        let first = [0.7f32.to_bits(), 0.05f32.to_bits(), 0xDEAD_BEEF].map(|w| w as i32);
-        assert_eq!(params[..3], first);
-        assert!(params[3..].iter().all(|&p| p == 0));
+        assert_eq!(params.len(), DRAW_PARAMS * step.logits());
+        let first = [0.7f32.to_bits(), 0.05f32.to_bits(), 0xDEAD_BEEF, 40, 32768];
+        assert_eq!(params[..DRAW_PARAMS], first.map(|w| w as i32));
+        assert!(params[DRAW_PARAMS..].iter().all(|&p| p == 0));
         // Without a draw, no settings; with a sequence reading logits, no pick.
         let greedy = StepInputs::new(&shares[1..]).unwrap();
         assert_eq!(greedy.pick(), Pick::Greedy);
@@ -279,7 +282,10 @@ mod tests {
         ];
         assert_eq!(StepInputs::new(&mixed).unwrap().pick(), Pick::Logits);
         for (t, min_p) in [(0.0, 0.0), (f32::NAN, 0.0), (1.0, 1.5), (1.0, -0.1)] {
-            assert!(DrawSettings::new(t, min_p, 1).is_none(), "{t} {min_p}");
+            assert!(
+                DrawSettings::new(t, min_p, Cut::NONE, 1).is_none(),
+                "{t} {min_p}"
+            );
         }
     }
 

@@ -21,7 +21,7 @@ mod view;
 mod partition_tests;
 
 pub use kernels::argmax::{argmax, greedy, sanitize};
-pub use kernels::draw;
+pub use kernels::{cut, draw};
 
 use std::sync::Arc;
 

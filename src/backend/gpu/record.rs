@@ -257,32 +257,49 @@ pub(super) fn record_node(
             vec![bests.dispatch, pick]
         }
         Op::Draw => {
-            // Three passes: each chunk's best (argmax's first), each chunk's sum of
-            // weights, then one workgroup a row walks the sums to its token.
+            // Four passes: each chunk's best (argmax's first), one workgroup a row the
+            // floor top-k and top-p set, each chunk's sum of weights, then one workgroup
+            // a row walks the sums to its token.
             let (x, settings) = (arg(0)?, arg(1)?);
             let bests = ChunkBests::record(gpu, x, "draw", unsupported)?;
             let (rows, chunks, width) = (bests.rows, bests.chunks, bests.width);
+            let (gx, gy) = fold(gpu, rows);
+            let row_source = |name: &str, wgsl: &str| Source {
+                kind: "draw",
+                name: name.into(),
+                wgsl: wgsl.into(),
+            };
+            let floors = gpu.storage("draw floors", 4 * rows as usize);
+            let cut = dispatch(
+                gpu,
+                &row_source("draw_cut", kernels::DRAW_CUT),
+                &[width, chunks, rows, gx],
+                &[&x.buffer, &bests.parts, &settings.buffer, &floors],
+                [gx, gy, 1],
+            )?;
             let sums = gpu.storage("draw sums", 4 * rows as usize * chunks as usize);
             let sum = dispatch(
                 gpu,
                 &Source::fixed("draw", kernels::DRAW_SUMS),
                 &[width, chunks],
-                &[&x.buffer, &bests.parts, &settings.buffer, &sums],
+                &[&x.buffer, &bests.parts, &settings.buffer, &floors, &sums],
                 [chunks, rows, 1],
             )?;
-            let (gx, gy) = fold(gpu, rows);
             let pick = dispatch(
                 gpu,
-                &Source {
-                    kind: "draw",
-                    name: "draw_pick".into(),
-                    wgsl: kernels::DRAW_PICK.into(),
-                },
+                &row_source("draw_pick", kernels::DRAW_PICK),
                 &[width, chunks, rows, gx],
-                &[&x.buffer, &bests.parts, &settings.buffer, &sums, out],
+                &[
+                    &x.buffer,
+                    &bests.parts,
+                    &settings.buffer,
+                    &floors,
+                    &sums,
+                    out,
+                ],
                 [gx, gy, 1],
             )?;
-            vec![bests.dispatch, sum, pick]
+            vec![bests.dispatch, cut, sum, pick]
         }
         other => {
             return Err(unsupported(format!(

@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use switchyard::backend::KvDType;
 
+use switchyard::backend::cpu::cut::Cut;
 use switchyard::bench::bandwidth::{BandwidthProbe, PASSES_PER_PROBE, PROBE_BYTES};
 use switchyard::bench::env::{peak_rss_bytes, EnvStamp};
 use switchyard::bench::llm::{bench_prompt, run_test, BenchTest, Decode, TestResult};
@@ -66,6 +67,14 @@ pub struct BenchArgs {
         allow_negative_numbers = true
     )]
     temperature: f32,
+    /// With --temperature: keep only the K most likely tokens (0: all), on the device
+    /// too (ties at the K-th kept).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    top_k: usize,
+    /// With --temperature: keep only the most likely tokens holding P of the
+    /// probability (1: all), on the device too.
+    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    top_p: f32,
     /// Timed repetitions of each test, after one warm-up.
     #[arg(
         long,
@@ -135,6 +144,9 @@ struct Report {
     reps: usize,
     /// The decode tests' sampling temperature (0: greedy).
     temperature: f32,
+    /// Their top-k (0: off) and top-p (1: off).
+    top_k: usize,
+    top_p: f32,
     results: Vec<TestResult>,
     /// Weight bytes read per decode step × the median tok/s of the `tg` test, GB/s.
     decode_read_gb_s: Option<f64>,
@@ -231,7 +243,14 @@ fn check_flags(args: &BenchArgs) -> Result<()> {
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> Result<()> {
     check_flags(args)?;
-    let decode = Decode::at(args.temperature).with_context(|| {
+    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
+        bail!("--top-p {} is out of range: it takes (0, 1]", args.top_p);
+    }
+    if args.temperature == 0.0 && (args.top_k != 0 || args.top_p < 1.0) {
+        bail!("--top-k and --top-p cut a draw: give --temperature above 0 with them");
+    }
+    let cut = Cut::new(args.top_k, args.top_p);
+    let decode = Decode::at(args.temperature, cut).with_context(|| {
         format!(
             "--temperature {} is not a temperature: use a finite number of at least 0",
             args.temperature
@@ -396,6 +415,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         threads,
         reps: args.reps,
         temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
         results,
         decode_read_gb_s,
         read_bandwidth: probe.as_ref().and_then(|p| {
@@ -512,9 +533,10 @@ fn print_table(report: &Report) {
         mib(report.model.kv_bytes as u64),
         report.model.ctx,
         report.reps,
-        match report.temperature {
-            0.0 => "greedy".to_string(),
-            t => format!("drawn at temperature {t}"),
+        match (report.temperature, report.top_k, report.top_p) {
+            (0.0, _, _) => "greedy".to_string(),
+            (t, 0, p) if p >= 1.0 => format!("drawn at temperature {t}"),
+            (t, k, p) => format!("drawn at temperature {t}, top-k {k}, top-p {p}"),
         },
         report.env.version,
         report.env.git_commit

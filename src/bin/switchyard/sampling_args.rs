@@ -25,7 +25,8 @@ pub struct SamplingArgs {
         allow_hyphen_values = true
     )]
     pub temperature: f32,
-    /// Sample only among the K most likely tokens (0 = all).
+    /// Sample only among the K most likely tokens (0 = all; tokens tied with the K-th
+    /// are kept too).
     #[arg(
         long,
         default_value_t = 40,

@@ -17,7 +17,7 @@ pub fn sanitize(x: f32) -> f32 {
 
 /// `v`'s place in [`f32::total_cmp`]'s order as an `i32`: the same order, in integers.
 /// The GPU's argmax kernel computes the same key from the same bits.
-fn total_key(v: f32) -> i32 {
+pub(super) fn total_key(v: f32) -> i32 {
     let bits = v.to_bits() as i32;
     bits ^ (((bits >> 31) as u32) >> 1) as i32
 }

@@ -8,7 +8,9 @@
 
 use super::argmax::{greedy, sanitize};
 use super::check_len;
+use super::cut::{self, Cut};
 use crate::backend::BackendError;
+use crate::graph::DRAW_PARAMS;
 
 /// Defines `fn $name` to run `$body` (an `#[inline(always)]` function of the same
 /// arguments) compiled for the widest vectors that the CPU and the CPU backend's kernel
@@ -129,14 +131,16 @@ fn sanitized_max_body(logits: &[f32]) -> f32 {
 
 wide! {
     /// Each token's weight `e^((l − max)/T)` relative to the best (`max`, the
-    /// [`sanitized_max`]), 0 below `floor` (min-p; 0 for none), into `weights`, and
-    /// their sums by [`BLOCK`]s into `sums` (both cleared first), in one pass. Divided,
-    /// not multiplied by 1/T: a tiny T makes 1/T infinite and 0·inf NaN.
+    /// [`sanitized_max`]), 0 below `min_p` (0 for none) and for a logit below `lowest`
+    /// (the [`cut::floor`]; −∞ for none), into `weights`, and their sums by [`BLOCK`]s
+    /// into `sums` (both cleared first), in one pass. Divided, not multiplied by 1/T:
+    /// a tiny T makes 1/T infinite and 0·inf NaN.
     fn weigh(
         logits: &[f32],
         max: f32,
         t: f32,
-        floor: f32,
+        min_p: f32,
+        lowest: f32,
         weights: &mut Vec<f32>,
         sums: &mut Vec<f32>
     ) = weigh_body;
@@ -147,22 +151,37 @@ fn weigh_body(
     logits: &[f32],
     max: f32,
     t: f32,
-    floor: f32,
+    min_p: f32,
+    lowest: f32,
     weights: &mut Vec<f32>,
     sums: &mut Vec<f32>,
 ) {
-    weigh_into(logits, max, t, floor, Some(weights), sums)
+    weigh_into(logits, max, t, min_p, lowest, Some(weights), sums)
 }
 
 wide! {
-    /// [`weigh`]'s block sums alone, the weights not kept: what a plain draw needs
-    /// before it recomputes the weights of the one block its point falls in.
-    fn sum_weights(logits: &[f32], max: f32, t: f32, floor: f32, sums: &mut Vec<f32>) = sum_weights_body;
+    /// [`weigh`]'s block sums alone, the weights not kept: what a draw needs before it
+    /// recomputes the weights of the one block its point falls in.
+    fn sum_weights(
+        logits: &[f32],
+        max: f32,
+        t: f32,
+        min_p: f32,
+        lowest: f32,
+        sums: &mut Vec<f32>
+    ) = sum_weights_body;
 }
 
 #[inline(always)]
-fn sum_weights_body(logits: &[f32], max: f32, t: f32, floor: f32, sums: &mut Vec<f32>) {
-    weigh_into(logits, max, t, floor, None, sums)
+fn sum_weights_body(
+    logits: &[f32],
+    max: f32,
+    t: f32,
+    min_p: f32,
+    lowest: f32,
+    sums: &mut Vec<f32>,
+) {
+    weigh_into(logits, max, t, min_p, lowest, None, sums)
 }
 
 /// [`weigh`], keeping the weights only where `weights` is given.
@@ -171,32 +190,43 @@ fn weigh_into(
     logits: &[f32],
     max: f32,
     t: f32,
-    floor: f32,
+    min_p: f32,
+    lowest: f32,
     weights: Option<&mut Vec<f32>>,
     sums: &mut Vec<f32>,
 ) {
-    // x / 1 is x: the default temperature skips the division, and a floor of 0 keeps
+    // x / 1 is x: the default temperature skips the division, and a min-p of 0 keeps
     // every weight (none is below 0): same bits as [`weight_of`], less work.
-    match (t == 1.0, floor > 0.0) {
-        (true, false) => weigh_by(logits, weights, sums, |l| {
-            exp_nonpositive(sanitize(l) - max)
-        }),
+    let kept = |l: f32| kept(l, lowest);
+    match (t == 1.0, min_p > 0.0) {
+        (true, false) => weigh_by(logits, weights, sums, |l| exp_nonpositive(kept(l) - max)),
         (false, false) => weigh_by(logits, weights, sums, |l| {
-            exp_nonpositive((sanitize(l) - max) / t)
+            exp_nonpositive((kept(l) - max) / t)
         }),
         (true, true) => weigh_by(logits, weights, sums, |l| {
-            at_floor(exp_nonpositive(sanitize(l) - max), floor)
+            at_floor(exp_nonpositive(kept(l) - max), min_p)
         }),
         (false, true) => weigh_by(logits, weights, sums, |l| {
-            at_floor(exp_nonpositive((sanitize(l) - max) / t), floor)
+            at_floor(exp_nonpositive((kept(l) - max) / t), min_p)
         }),
     }
 }
 
 /// One logit's weight as [`weigh`] computes it, token by token.
 #[inline(always)]
-fn weight_of(l: f32, max: f32, t: f32, floor: f32) -> f32 {
-    at_floor(exp_nonpositive((sanitize(l) - max) / t), floor)
+pub(super) fn weight_of(l: f32, max: f32, t: f32, min_p: f32, lowest: f32) -> f32 {
+    at_floor(exp_nonpositive((kept(l, lowest) - max) / t), min_p)
+}
+
+/// The [`sanitize`]d logit `l`, or −∞ (weight 0) where it lies below `lowest` (at most
+/// `f32::MAX`): one comparison does both, as NaN compares false.
+#[inline(always)]
+fn kept(l: f32, lowest: f32) -> f32 {
+    if l >= lowest {
+        l.min(f32::MAX)
+    } else {
+        f32::NEG_INFINITY
+    }
 }
 
 /// A weight `w` under min-p's `floor` (relative to the best's 1) as 0.
@@ -296,30 +326,50 @@ pub fn unit(bits: u32) -> f64 {
     f64::from(bits) / 4_294_967_296.0
 }
 
-/// The token a whole-vocabulary draw at temperature `t` (> 0) picks from `logits` at
-/// the uniform point `unit(bits)` of the total of the weights at or above `min_p` (the
-/// best's weight is 1; 0 keeps all): `None` when no logit is above −inf. Only the
-/// block sums are kept (`sums`, scratch reused between calls); the weights of the one
-/// block the point falls in are computed again, to the same bits.
-pub fn draw(logits: &[f32], t: f32, min_p: f32, bits: u32, sums: &mut Vec<f32>) -> Option<usize> {
+/// What a draw reuses between calls: its block sums and [`cut::floor`]'s scratch.
+#[derive(Clone, Debug, Default)]
+pub struct Scratch {
+    sums: Vec<f32>,
+    cut: cut::Scratch,
+}
+
+/// The token a draw at temperature `t` (> 0) picks from `logits` at the uniform point
+/// `unit(bits)` of the total of the weights at or above `min_p` (the best's weight is
+/// 1; 0 keeps all) of the logits `cut` keeps: `None` when no logit is above −inf. Only
+/// the block sums are kept; the weights of the one block the point falls in are
+/// computed again, to the same bits.
+pub fn draw(
+    logits: &[f32],
+    t: f32,
+    min_p: f32,
+    cut: Cut,
+    bits: u32,
+    scratch: &mut Scratch,
+) -> Option<usize> {
     let max = sanitized_max(logits);
     if max == f32::NEG_INFINITY {
         return None;
     }
-    sum_weights(logits, max, t, min_p, sums);
+    let lowest = match cut.is_none() {
+        true => f32::NEG_INFINITY,
+        false => cut::floor(logits, max, t, cut, &mut scratch.cut),
+    };
+    let sums = &mut scratch.sums;
+    sum_weights(logits, max, t, min_p, lowest, sums);
     let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
     let (b, r) = locate_block(sums, unit(bits) * total);
     let start = b * BLOCK;
     let block = &logits[start..logits.len().min(start + BLOCK)];
     let mut weights = [0f32; BLOCK];
     for (w, &l) in weights.iter_mut().zip(block) {
-        *w = weight_of(l, max, t, min_p);
+        *w = weight_of(l, max, t, min_p, lowest);
     }
     Some(start + within(&weights[..block.len()], r))
 }
 
 /// The graph's `Draw`: each `width`-wide row of `x` picked by [`draw`] at its row of
-/// `params` (temperature bits, min-p bits, uniform bits), or by
+/// `params` ([`DRAW_PARAMS`] words: temperature bits, min-p bits, uniform bits, then the
+/// [`Cut`]'s two words), or by
 /// [`super::argmax::greedy`] where the temperature is 0; -1 for a row with no pick. Rows
 /// run in parallel.
 pub(in crate::backend::cpu) fn draw_rows(
@@ -333,14 +383,15 @@ pub(in crate::backend::cpu) fn draw_rows(
         return Err(BackendError::Input("draw over rows of no values".into()));
     }
     check_len("draw input", x.len(), out.len() * width)?;
-    check_len("draw parameters", params.len(), out.len() * 3)?;
+    check_len("draw parameters", params.len(), out.len() * DRAW_PARAMS)?;
     x.par_chunks_exact(width)
-        .zip(params.par_chunks_exact(3))
+        .zip(params.par_chunks_exact(DRAW_PARAMS))
         .zip(out.par_iter_mut())
-        .for_each_init(Vec::new, |sums, ((row, p), pick)| {
+        .for_each_init(Scratch::default, |scratch, ((row, p), pick)| {
             let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
+            let cut = Cut::from_words(p[3] as u32, p[4] as u32);
             let picked = if t > 0.0 {
-                draw(row, t, min_p, p[2] as u32, sums)
+                draw(row, t, min_p, cut, p[2] as u32, scratch)
             } else {
                 greedy(row)
             };
@@ -402,30 +453,45 @@ mod tests {
     }
 
     /// A draw keeps only the block sums and recomputes its block's weights, yet picks
-    /// the token that locating the point in every kept weight picks.
+    /// the token that locating the point in every kept weight picks, top-k and top-p
+    /// cutting or not; what they cut is never drawn.
     #[test]
     fn a_draw_picks_what_locating_in_every_weight_picks() {
         let mut state = stream(0x0BAD_5EED);
         let mut next = move || (state() >> 32) as u32;
+        let mut scratch = Scratch::default();
         for len in [1, 63, 64, 65, 1000, 49152] {
             let logits: Vec<f32> = (0..len)
                 .map(|_| (next() % 24_000) as f32 / 1000.0)
                 .collect();
             let max = sanitized_max(&logits);
-            for (t, min_p) in [(1.0, 0.0), (0.6, 0.0), (1.4, 0.1)] {
-                let (mut weights, mut sums, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-                weigh(&logits, max, t, min_p, &mut weights, &mut sums);
+            for (t, min_p, cut) in [
+                (1.0, 0.0, Cut::NONE),
+                (0.6, 0.0, Cut::NONE),
+                (1.4, 0.1, Cut::NONE),
+                (1.0, 0.0, Cut::new(40, 1.0)),
+                (0.8, 0.0, Cut::new(0, 0.9)),
+                (1.2, 0.05, Cut::new(50, 0.95)),
+            ] {
+                let (mut weights, mut sums) = (Vec::new(), Vec::new());
+                let lowest = match cut.is_none() {
+                    true => f32::NEG_INFINITY,
+                    false => cut::floor(&logits, max, t, cut, &mut cut::Scratch::default()),
+                };
+                weigh(&logits, max, t, min_p, lowest, &mut weights, &mut sums);
                 let total: f64 = sums.iter().map(|&s| f64::from(s)).sum();
                 for _ in 0..50 {
                     let bits = next();
                     let want = locate(&weights, &sums, unit(bits) * total);
-                    let got = draw(&logits, t, min_p, bits, &mut scratch);
+                    let got = draw(&logits, t, min_p, cut, bits, &mut scratch);
                     assert_eq!(got, Some(want), "{len} logits at T {t}, min-p {min_p}");
+                    assert!(sanitize(logits[want]) >= lowest, "{cut:?} cut {want}");
                 }
             }
         }
+        let none = [f32::NAN, f32::NEG_INFINITY];
         assert_eq!(
-            draw(&[f32::NAN, f32::NEG_INFINITY], 1.0, 0.0, 7, &mut Vec::new()),
+            draw(&none, 1.0, 0.0, Cut::new(1, 0.5), 7, &mut scratch),
             None
         );
     }
@@ -460,7 +526,15 @@ mod tests {
                 (0.8, 0.3),
             ] {
                 let (mut weights, mut sums) = (Vec::new(), Vec::new());
-                weigh(&logits, want_max, t, floor, &mut weights, &mut sums);
+                weigh(
+                    &logits,
+                    want_max,
+                    t,
+                    floor,
+                    f32::NEG_INFINITY,
+                    &mut weights,
+                    &mut sums,
+                );
                 let want: Vec<u32> = logits
                     .iter()
                     .map(|&l| exp_nonpositive((sanitize(l) - want_max) / t))

@@ -3,6 +3,7 @@
 
 pub(super) mod argmax;
 pub(super) mod attention;
+pub mod cut;
 pub mod draw;
 pub(super) mod elementwise;
 pub(super) mod embedding;

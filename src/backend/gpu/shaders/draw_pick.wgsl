@@ -1,7 +1,7 @@
 // A draw's pick per row (one workgroup of 256 threads a row, the rows folded over
 // `groups_x` workgroups in x): at temperature 0 the greedy pick of the row's chunk
 // bests (argmax.wgsl's rule); else the token at the uniform point bits / 2^32 of the
-// total of the weights (0 below min-p) by inverse CDF, walking the chunks' sums
+// total of the weights (0 below min-p and the floor draw_cut.wgsl set) by inverse CDF, walking the chunks' sums
 // (draw_sums.wgsl), then the 256 spans of 16 logits of the chunk that holds the point,
 // then the logits of the span that holds it. A point past every span (rounding) takes
 // the last token of weight. -1 where every logit is -inf or NaN.
@@ -19,8 +19,9 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> parts: array<vec2<i32>>;
 @group(0) @binding(3) var<storage, read> settings: array<u32>;
-@group(0) @binding(4) var<storage, read> sums: array<f32>;
-@group(0) @binding(5) var<storage, read_write> picks: array<i32>;
+@group(0) @binding(4) var<storage, read> floors: array<u32>;
+@group(0) @binding(5) var<storage, read> sums: array<f32>;
+@group(0) @binding(6) var<storage, read_write> picks: array<i32>;
 
 var<workgroup> spans: array<f32, 256>;
 var<workgroup> chunk_at: u32;
@@ -59,6 +60,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         return;
     }
     let best = bitcast<f32>(key_bits(best_key));
+    let lowest = bitcast<f32>(floors[r]);
     if (t == 0u) {
         var total = 0.0;
         for (var c = 0u; c < p.chunks; c += 1u) {
@@ -92,7 +94,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let end = min(min(first + SPAN, (chunk + 1u) * CHUNK), p.width);
     var mine = 0.0;
     for (var i = first; i < end; i += 1u) {
-        let w = weight(x[r * p.width + i], best, temperature, min_p);
+        let w = weight(x[r * p.width + i], best, temperature, min_p, lowest);
         mine += w;
         if (w > 0.0) {
             atomicMax(&last_positive, i + 1u);
@@ -118,7 +120,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         var left = target_point - before;
         var pick = end - 1u;
         for (var i = first; i < end; i += 1u) {
-            let w = weight(x[r * p.width + i], best, temperature, min_p);
+            let w = weight(x[r * p.width + i], best, temperature, min_p, lowest);
             if (w > 0.0) {
                 pick = i;
                 if (left < w) {

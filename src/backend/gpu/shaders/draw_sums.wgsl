@@ -12,7 +12,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> parts: array<vec2<i32>>;
 @group(0) @binding(3) var<storage, read> settings: array<u32>;
-@group(0) @binding(4) var<storage, read_write> sums: array<f32>;
+@group(0) @binding(4) var<storage, read> floors: array<u32>;
+@group(0) @binding(5) var<storage, read_write> sums: array<f32>;
 
 var<workgroup> partial: array<f32, 256>;
 
@@ -28,10 +29,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var sum = 0.0;
     if (live) {
         let best = bitcast<f32>(key_bits(best_key));
+        let lowest = bitcast<f32>(floors[row]);
         let start = wg.x * CHUNK;
         let end = min(start + CHUNK, p.width);
         for (var i = start + t; i < end; i += 256u) {
-            sum += weight(x[row * p.width + i], best, temperature, min_p);
+            sum += weight(x[row * p.width + i], best, temperature, min_p, lowest);
         }
     }
     partial[t] = sum;

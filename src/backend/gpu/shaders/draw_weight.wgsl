@@ -1,8 +1,9 @@
-// A draw's arithmetic, shared by draw_sums.wgsl and draw_pick.wgsl: a logit's weight
-// e^((l − max)/T) relative to its row's best, 0 below min-p, as the CPU's `draw`
-// computes it (NaN is never chosen, +inf counts as the largest finite value), each
-// row's settings (temperature, min-p, random bits: three words a row), and its best value
-// from the chunk bests argmax_part.wgsl wrote (their total-order keys turned back into
+// A draw's arithmetic, shared by draw_cut.wgsl, draw_sums.wgsl and draw_pick.wgsl: a
+// logit's weight e^((l − max)/T) relative to its row's best, 0 below min-p and below
+// the row's floor (draw_cut.wgsl's), as the CPU's `draw` computes it (NaN is never
+// chosen, +inf counts as the largest finite value), each row's settings (temperature,
+// min-p, random bits, top-k, top-p in 2^-16: five words a row), and its best value from
+// the chunk bests argmax_part.wgsl wrote (their total-order keys turned back into
 // values).
 
 // e^x for x <= 0, 0 below -87: the CPU's polynomial (Cephes' expf), the power of two
@@ -24,9 +25,10 @@ fn exp_nonpositive(x: f32) -> f32 {
 }
 
 // The weight of the logit with bits `bits` in a row whose best is `best` (finite), at
-// temperature `t` (> 0), 0 below `min_p` (0 for none), and 0 for NaN and -inf.
-fn weight(bits: u32, best: f32, t: f32, min_p: f32) -> f32 {
-    let w = unfloored(bits, best, t);
+// temperature `t` (> 0), 0 below `min_p` (0 for none), 0 for a logit below `lowest`
+// (-inf for none), and 0 for NaN and -inf.
+fn weight(bits: u32, best: f32, t: f32, min_p: f32, lowest: f32) -> f32 {
+    let w = select(unfloored(bits, best, t), 0.0, bitcast<f32>(bits) < lowest);
     return select(w, 0.0, w < min_p);
 }
 
@@ -62,5 +64,10 @@ fn row_best(row: u32, chunks: u32) -> i32 {
 
 // Row `row`'s settings: temperature, min-p (as f32 bits) and the random bits.
 fn row_settings(row: u32) -> vec3<u32> {
-    return vec3<u32>(settings[3u * row], settings[3u * row + 1u], settings[3u * row + 2u]);
+    return vec3<u32>(settings[5u * row], settings[5u * row + 1u], settings[5u * row + 2u]);
+}
+
+// Row `row`'s cut: top-k's count (0: none) and top-p in 2^-16 (65,536: none).
+fn row_cut(row: u32) -> vec2<u32> {
+    return vec2<u32>(settings[5u * row + 3u], settings[5u * row + 4u]);
 }
