@@ -424,8 +424,9 @@ fn drawn_steps_return_the_draw_of_the_logits() {
 }
 
 /// A generation whose sampler draws (over the whole vocabulary, or cut by top-k and
-/// top-p) takes the same tokens whether its steps draw on the device or return logits
-/// for the sampler (asking for the best logits makes them return logits): the random
+/// top-p), or picks greedily or draws after a bias and penalties, takes the same tokens
+/// whether its steps pick on the device or return logits for the sampler (asking for
+/// the best logits makes them return logits): the edits are the same and the random
 /// bits are consumed alike.
 #[test]
 fn a_seeded_generation_draws_the_same_tokens_on_the_device_as_from_logits() {
@@ -433,21 +434,34 @@ fn a_seeded_generation_draws_the_same_tokens_on_the_device_as_from_logits() {
     let model = Model::open(&path).unwrap();
     let mut runner = runner(&model);
     let prompt = &prompts(&model)[2];
-    for (seed, temperature, min_p, top_k, top_p) in [
-        (1, 1.0, 0.0, 0, 1.0),
-        (7, 0.7, 0.0, 0, 1.0),
-        (42, 1.4, 0.05, 0, 1.0),
-        (3, 0.8, 0.05, 40, 0.95),
-        (5, 1.0, 0.0, 0, 0.9),
-    ] {
-        let config = SamplerConfig {
-            temperature,
-            min_p,
-            top_k,
-            top_p,
-            seed,
-            ..SamplerConfig::default()
-        };
+    let draw = |seed, temperature, min_p, top_k, top_p| SamplerConfig {
+        temperature,
+        min_p,
+        top_k,
+        top_p,
+        seed,
+        ..SamplerConfig::default()
+    };
+    let configs = [
+        draw(1, 1.0, 0.0, 0, 1.0),
+        draw(7, 0.7, 0.0, 0, 1.0),
+        draw(42, 1.4, 0.05, 0, 1.0),
+        draw(3, 0.8, 0.05, 40, 0.95),
+        draw(5, 1.0, 0.0, 0, 0.9),
+        // Bias and penalties, edited where the logits are computed (decision 202).
+        SamplerConfig {
+            repetition_penalty: 1.3,
+            logit_bias: vec![(29, -2.0), (198, f32::NEG_INFINITY)],
+            ..draw(11, 0.0, 0.0, 0, 1.0)
+        },
+        SamplerConfig {
+            frequency_penalty: 0.8,
+            presence_penalty: 0.4,
+            ..draw(13, 0.9, 0.0, 40, 0.95)
+        },
+    ];
+    for config in configs {
+        let (seed, temperature) = (config.seed, config.temperature);
         let run = |runner: &mut Runner, top_logits: usize| {
             let options = GenerateOptions {
                 max_tokens: 24,

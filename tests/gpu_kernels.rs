@@ -21,6 +21,8 @@ use std::sync::Arc;
 use half::f16;
 use switchyard::backend::cpu::cut::{floor, Cut, Scratch};
 use switchyard::backend::cpu::draw::sanitized_max;
+use switchyard::backend::cpu::edit::{self, Edit, EditOp, Edits};
+use switchyard::backend::cpu::greedy;
 use switchyard::backend::{
     Backend, BackendId, BackendSet, KvCache, KvDType, KvLayout, StepState, Tensor,
 };
@@ -927,8 +929,9 @@ fn spans_f64(row: &[f32], t: f32, min_p: f32, lowest: f32, bits: u32) -> (Vec<(f
     (spans, f64::from(bits) / 4_294_967_296.0 * start)
 }
 
-/// The GPU's draw (the graph's `Draw`, min-p, top-k and top-p or not) picks a token at
-/// or above the floor the CPU's top-k and top-p set, whose span of the cumulative
+/// The GPU's draw (the graph's `Draw`, min-p, top-k, top-p and logit edits or not) picks
+/// a token of the edited logits at or above the floor the CPU's top-k and top-p set,
+/// whose span of the cumulative
 /// weights holds the uniform point, within f32 rounding of the total (checked in f64),
 /// and almost always the very token the CPU's draw picks (they part only where the
 /// point falls within rounding of a boundary between two tokens); rows at temperature
@@ -964,12 +967,28 @@ fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
             (0.9, 0.0, 3, 1.0),
             (2.0, 0.0, 0, 0.3),
         ];
+        // Every fourth row's logits (a greedy one among them) are edited first, as a
+        // bias and penalties do: one token raised, the best scaled, one lowered, the
+        // last banned, and an id past the row left alone.
+        let best = |r: usize| greedy(&x[row(r)]).unwrap_or(0) as u32;
+        let edits_of = |r: usize| match r % 4 {
+            3 => vec![
+                Edit::new(2 % width as u32, EditOp::Add, 4.0),
+                Edit::new(best(r), EditOp::Scale, 1.3),
+                Edit::new(1, EditOp::Sub, 0.7),
+                Edit::new(width as u32 - 1, EditOp::Add, f32::NEG_INFINITY),
+                Edit::new(width as u32 + 5, EditOp::Add, 1.0),
+            ],
+            _ => Vec::new(),
+        };
         let mut settings = Vec::with_capacity(DRAW_PARAMS * rows);
         for r in 0..rows {
             let (t, min_p, top_k, top_p): (f32, f32, usize, f32) = kinds[r % kinds.len()];
             let bits = ((rng.next() + 0.5) * 4_294_967_295.0) as u32;
             let [k, p] = Cut::new(top_k, top_p).words();
             settings.extend([t.to_bits(), min_p.to_bits(), bits, k, p].map(|w| w as i32));
+            let edits = Edits::of(&edits_of(r)).unwrap();
+            settings.extend(edits.words().map(|w| w as i32));
         }
         let inputs = [
             ("x", Tensor::from_f32([rows, width], &x).unwrap()),
@@ -999,12 +1018,14 @@ fn draw_picks_the_token_at_the_uniform_point_as_the_cpu_does() {
                 assert_eq!(got[r], want[r], "width {width}, row {r}: greedy");
                 continue;
             }
-            let max = sanitized_max(&x[row(r)]);
+            let mut edited = x[row(r)].to_vec();
+            edit::apply(&edits_of(r), &mut edited);
+            let max = sanitized_max(&edited);
             let lowest = match cut.is_none() {
                 true => f32::NEG_INFINITY,
-                false => floor(&x[row(r)], max, t, cut, &mut Scratch::default()),
+                false => floor(&edited, max, t, cut, &mut Scratch::default()),
             };
-            let (spans, point) = spans_f64(&x[row(r)], t, min_p, lowest, bits);
+            let (spans, point) = spans_f64(&edited, t, min_p, lowest, bits);
             let total = spans.last().map_or(0.0, |&(s, w)| s + w);
             let pick = got[r] as usize;
             let (start, weight) = spans[pick];

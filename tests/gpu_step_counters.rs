@@ -21,6 +21,7 @@ use gpu_data::{quantized, Lcg};
 use half::f16;
 use switchyard::backend::cpu::cut::Cut;
 use switchyard::backend::cpu::draw::{draw, Scratch};
+use switchyard::backend::cpu::edit::{self, Edit, EditOp, Edits};
 use switchyard::backend::cpu::greedy;
 use switchyard::backend::{
     cpu::CpuBackend, Backend, BackendSet, DeviceCounters, HostTensor, KvDType, SharedBytes,
@@ -280,9 +281,9 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
     let batch = gpu.counters().unwrap().since(&before);
 
     // The three again, each drawing its token at a temperature on the device (whole
-    // vocabulary, top-k, top-p): the CPU's draw from the GPU's logits picks the same
-    // (but where the point falls within rounding of a boundary between two tokens,
-    // which these few draws never meet).
+    // vocabulary, top-k, top-p after a penalty's edits): the CPU's draw from the GPU's
+    // logits picks the same (but where the point falls within rounding of a boundary
+    // between two tokens, which these few draws never meet).
     let mut seqs: Vec<_> = (0..3).map(|_| on_gpu.new_sequence().unwrap()).collect();
     for seq in &mut seqs {
         on_gpu.forward_greedy(seq, &prompt).unwrap();
@@ -295,7 +296,7 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
             before = gpu.counters().expect("the GPU counts");
         }
         let tokens = [t];
-        let settings: Vec<DrawSettings> = (0..3u32)
+        let mut settings: Vec<DrawSettings> = (0..3u32)
             .map(|s| {
                 DrawSettings::new(
                     0.8,
@@ -306,6 +307,11 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
                 .unwrap()
             })
             .collect();
+        // The third also penalizes the decode's tokens so far, as a repetition penalty.
+        let penalized = decode[..=i]
+            .iter()
+            .map(|&id| Edit::new(id, EditOp::Scale, 1.3));
+        settings[2] = settings[2].with_edits(Edits::of(&penalized.collect::<Vec<_>>()).unwrap());
         let mut work: Vec<Work> = seqs
             .iter_mut()
             .zip(&settings)
@@ -317,8 +323,10 @@ fn decode_counters(gpu: &Arc<dyn Backend>, shape: Shape, dtype: DType) -> Counte
             .collect();
         let out = on_gpu.forward_batch(&mut work).unwrap();
         for (returned, d) in out.iter().zip(&settings) {
+            let mut edited = logits[i + 1].clone();
+            edit::apply(d.edits(), &mut edited);
             let want = draw(
-                &logits[i + 1],
+                &edited,
                 d.temperature(),
                 d.min_p(),
                 d.cut(),
@@ -393,7 +401,7 @@ fn check(gpu: &Arc<dyn Backend>, name: &str, shape: Shape, dtype: DType, per_lay
     for (what, g, sequences, more) in [
         ("one", counted.greedy, 1, 2),
         ("three", counted.batch, 3, 2),
-        ("three drawing", counted.drawn, 3, 4),
+        ("three drawing", counted.drawn, 3, 5),
     ] {
         assert_eq!(g.runs, steps, "{name} {dtype}: a run per greedy step");
         let dispatches = g.total_dispatches() / steps;

@@ -10,7 +10,7 @@ use super::constraint::{Constraint, Shape};
 use super::sampler::{History, Sampler, SamplerError};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::ModelError;
-use crate::step::{DrawSettings, Returned, Returns, Runner, Sequence};
+use crate::step::{Returned, Returns, Runner, Sequence};
 
 /// What to generate and when to stop.
 #[derive(Clone, Debug, Default)]
@@ -321,9 +321,9 @@ impl<'t> Decoding<'t> {
     /// What the next step should return for this decoding: only the token, picked where
     /// the logits are computed, when nothing else is read from them (no constraint,
     /// forced tokens, top logits or log-probabilities) and `sampler` picks greedily
-    /// ([`Returns::Token`], decision 147) or by a draw with no bias or penalty
-    /// ([`Returns::Draw`] with its cut and the random bits it will use, decisions 196
-    /// and 201); else the logits.
+    /// ([`Returns::Token`], decision 147) or by a draw or a greedy pick after its bias
+    /// and penalties ([`Returns::Draw`] with its cut, edits and the random bits it will
+    /// use, decisions 196, 201 and 202); else the logits.
     pub fn head(&self, sampler: &mut Sampler) -> Returns {
         if !self.token_only() {
             return Returns::Logits;
@@ -331,11 +331,10 @@ impl<'t> Decoding<'t> {
         if sampler.is_greedy() {
             return Returns::Token;
         }
-        match sampler.device_draw() {
-            Some((t, min_p, cut)) => DrawSettings::new(t, min_p, cut, sampler.device_bits())
-                .map_or(Returns::Logits, Returns::Draw),
-            None => Returns::Logits,
-        }
+        let history = History::new(&self.history, self.tokens.len());
+        sampler
+            .device_pick(history)
+            .map_or(Returns::Logits, Returns::Draw)
     }
 
     /// Whether the next pick reads nothing of the logits but the token.
@@ -369,7 +368,8 @@ impl<'t> Decoding<'t> {
         let logits = match returned {
             Returned::Logits(logits) => logits,
             Returned::Token(token) => {
-                let picked_there = sampler.is_greedy() || sampler.device_draw().is_some();
+                let history = History::new(&self.history, self.tokens.len());
+                let picked_there = sampler.picks_on_device(history);
                 if !self.token_only() || !picked_there {
                     return Err(ModelError::internal(
                         "a step returned a token to a decoding that needs its logits",

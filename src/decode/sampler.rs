@@ -20,6 +20,8 @@ use crate::backend::cpu::{argmax, greedy, sanitize};
 
 use crate::backend::cpu::cut::Cut;
 use crate::backend::cpu::draw::{draw, Scratch};
+use crate::backend::cpu::edit::{self, Edit, EditOp, Edits};
+use crate::step::DrawSettings;
 
 pub use crate::model::SamplerError;
 
@@ -204,7 +206,9 @@ impl Sampler {
         let adjusted: Vec<f32>;
         let logits = if self.adjusts() {
             let mut copy: Vec<f32> = logits.iter().copied().map(sanitize).collect();
-            self.adjust(&mut copy, history);
+            let mut edits = Vec::new();
+            self.edits(history, &mut edits);
+            edit::apply(&edits, &mut copy);
             adjusted = copy;
             &adjusted[..]
         } else {
@@ -237,14 +241,39 @@ impl Sampler {
         self.pending.take().unwrap_or_else(|| self.rng.next_u32())
     }
 
-    /// The temperature, min-p and cut of a pick a device makes from the logits it
-    /// computed (the graph's `Draw`, [`draw`]'s rule): `Some` for every draw at a
-    /// temperature above 0 with no bias or penalty (those change logits on the CPU).
-    /// Greedy decoding is [`Sampler::is_greedy`]'s.
-    pub fn device_draw(&self) -> Option<(f32, f32, Cut)> {
+    /// The logit edits of this sampler's bias and penalties after `history`, held
+    /// inline for a step's `Draw` settings: `None` when they are more than
+    /// [`crate::graph::DRAW_EDITS`] (the logits then come back for the CPU to edit).
+    fn device_edits(&self, history: History<'_>) -> Option<Edits> {
+        if !self.adjusts() {
+            return Some(Edits::NONE);
+        }
+        let mut edits = Vec::new();
+        self.edits(history, &mut edits);
+        Edits::of(&edits)
+    }
+
+    /// Whether a device that computed the logits can pick the next token after
+    /// `history` as this sampler would: greedily ([`Sampler::is_greedy`]), or by
+    /// [`Sampler::device_pick`]'s settings.
+    pub fn picks_on_device(&self, history: History<'_>) -> bool {
+        self.is_greedy() || self.device_edits(history).is_some()
+    }
+
+    /// The settings of the pick a device makes from the logits it computed (the
+    /// graph's `Draw`), after `history`: the greedy pick or a draw ([`draw`]'s rule, with
+    /// the random bits it will use), after the edits the bias and penalties make; `None`
+    /// when those are too many to carry. Plain greedy decoding is
+    /// [`Sampler::is_greedy`]'s.
+    pub fn device_pick(&mut self, history: History<'_>) -> Option<DrawSettings> {
+        let edits = self.device_edits(history)?;
         let c = &self.config;
-        let plain = c.temperature > 0.0 && !self.is_greedy() && !self.adjusts();
-        plain.then_some((c.temperature, c.min_p, self.cut()))
+        if c.temperature == 0.0 || c.top_k == 1 {
+            return Some(DrawSettings::greedy(edits));
+        }
+        let (t, min_p, cut) = (c.temperature, c.min_p, self.cut());
+        let settings = DrawSettings::new(t, min_p, cut, self.device_bits())?;
+        Some(settings.with_edits(edits))
     }
 
     /// The random bits the next pick draws with, for a step that picks on its device:
@@ -254,9 +283,10 @@ impl Sampler {
         *self.pending.get_or_insert_with(|| self.rng.next_u32())
     }
 
-    /// A device's pick used the bits [`Sampler::device_bits`] gave.
+    /// A device's pick used the bits [`Sampler::device_bits`] gave (a greedy pick
+    /// asked for none).
     pub fn took_device_pick(&mut self) {
-        self.take_bits();
+        self.pending = None;
     }
 
     /// Whether every pick is plain greedy decoding (temperature 0 or top-k 1, nothing
@@ -276,39 +306,34 @@ impl Sampler {
             || !c.logit_bias.is_empty()
     }
 
-    /// Adds the logit biases, then applies the repetition penalty once to each distinct
-    /// id among the last `repeat_last_n` history entries, then subtracts the frequency
-    /// penalty per generation of each generated id and the presence penalty once. The
-    /// biased logits are what the penalties see (vLLM's order); a biased -inf stays so.
-    fn adjust(&self, logits: &mut [f32], history: History<'_>) {
+    /// The edits, in order, that add the logit biases, then apply the repetition penalty
+    /// once to each distinct id among the last `repeat_last_n` history entries, then
+    /// subtract the frequency penalty per generation of each generated id and the
+    /// presence penalty once, into `out` (cleared first). The biased logits are what the
+    /// penalties see (vLLM's order); a biased -inf stays so.
+    fn edits(&self, history: History<'_>, out: &mut Vec<Edit>) {
         let c = &self.config;
-        for &(id, bias) in &c.logit_bias {
-            if let Some(l) = logits.get_mut(id as usize) {
-                *l = sanitize(*l + bias);
-            }
-        }
+        out.clear();
+        let bias = c.logit_bias.iter();
+        out.extend(bias.map(|&(id, bias)| Edit::new(id, EditOp::Add, bias)));
         if c.repetition_penalty != 1.0 && c.repeat_last_n != 0 {
             let mut recent = history.recent(c.repeat_last_n).to_vec();
             recent.sort_unstable();
             recent.dedup();
-            for id in recent {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = if *l > 0.0 {
-                        *l / c.repetition_penalty
-                    } else {
-                        *l * c.repetition_penalty
-                    };
-                }
-            }
+            let penalty = c.repetition_penalty;
+            out.extend(
+                recent
+                    .into_iter()
+                    .map(|id| Edit::new(id, EditOp::Scale, penalty)),
+            );
         }
         if c.frequency_penalty != 0.0 || c.presence_penalty != 0.0 {
             let mut generated = history.generated().to_vec();
             generated.sort_unstable();
             for run in generated.chunk_by(|a, b| a == b) {
-                if let Some(l) = logits.get_mut(run[0] as usize) {
-                    let times = run.len() as f32;
-                    *l = sanitize(*l - (times * c.frequency_penalty + c.presence_penalty));
-                }
+                let times = run.len() as f32;
+                let amount = times * c.frequency_penalty + c.presence_penalty;
+                out.push(Edit::new(run[0], EditOp::Sub, amount));
             }
         }
     }
@@ -613,6 +638,60 @@ mod tests {
             counts[0] > 0 && counts[1] > 0 && counts[2] > 0 && counts[3] == 0,
             "{counts:?}"
         );
+    }
+
+    /// Bias and penalties travel to a device as the edits the CPU makes, in its order,
+    /// for a draw or a greedy pick; past the limit the logits come back instead.
+    #[test]
+    fn bias_and_penalties_travel_to_the_device_as_edits_up_to_a_limit() {
+        let config = SamplerConfig {
+            repetition_penalty: 1.3,
+            repeat_last_n: 4,
+            frequency_penalty: 0.5,
+            presence_penalty: 0.25,
+            logit_bias: vec![(5, 2.0)],
+            ..with_temp(0.8)
+        };
+        let ids = [9, 1, 2, 2, 3, 1, 3];
+        let history = History::new(&ids, 3);
+        let mut s = sampler(config.clone());
+        let pick = s.device_pick(history).unwrap();
+        let want = [
+            Edit::new(5, EditOp::Add, 2.0),
+            Edit::new(1, EditOp::Scale, 1.3),
+            Edit::new(2, EditOp::Scale, 1.3),
+            Edit::new(3, EditOp::Scale, 1.3),
+            Edit::new(1, EditOp::Sub, 0.75),
+            Edit::new(3, EditOp::Sub, 1.25),
+        ];
+        assert_eq!(pick.edits(), want);
+        assert_eq!(pick.temperature(), 0.8);
+        // Their arithmetic is the sampler's: the same pick from the same logits.
+        let logits: Vec<f32> = (0..10).map(|i| (i % 4) as f32 * 0.7 - 1.0).collect();
+        let mut edited = logits.clone();
+        edit::apply(pick.edits(), &mut edited);
+        let greedy = SamplerConfig {
+            temperature: 0.0,
+            ..config.clone()
+        };
+        let mut g = sampler(greedy.clone());
+        let on_device = g.device_pick(history).unwrap();
+        assert_eq!(
+            (on_device.temperature(), on_device.edits()),
+            (0.0, &want[..])
+        );
+        let picked = g.sample(&logits, history).unwrap();
+        assert_eq!(Some(picked as usize), crate::backend::cpu::greedy(&edited));
+        // More edits than a step carries: the logits come back.
+        let long: Vec<u32> = (0..crate::graph::DRAW_EDITS as u32 + 1).collect();
+        let many = SamplerConfig {
+            repeat_last_n: long.len(),
+            ..greedy
+        };
+        let mut m = sampler(many);
+        assert!(m.device_pick(History::prompt(&long)).is_none());
+        assert!(!m.picks_on_device(History::prompt(&long)));
+        assert!(m.picks_on_device(History::prompt(&long[..8])));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use dtype::DType;
 pub use error::GraphError;
 pub use key::{default_hasher, CanonicalWriter, KeyHasher, StructuralKey};
 pub use lifetime::BufferPlan;
-pub use op::{Op, OpKind, RopeMode, DRAW_PARAMS};
+pub use op::{Op, OpKind, RopeMode, DRAW_EDITS, DRAW_PARAMS};
 pub use passes::eliminate_dead_code;
 pub use shape::{Shape, MAX_RANK};
 

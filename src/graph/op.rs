@@ -144,18 +144,24 @@ pub enum Op {
     /// computed the logits returns 4 bytes a row instead of the vocabulary's scores.
     Argmax,
     /// A sampled pick per row: `x [n, V]` and `params [n, DRAW_PARAMS] i32` (each row's
-    /// temperature and min-p as f32 bits, 32 random bits, then top-k's count and top-p
-    /// in 2^-16, `crate::backend::cpu::cut::Cut`'s words) → `[n] i32`: the token at the
-    /// uniform point `bits / 2^32` of the row's weights `e^((l − max)/T)` (0 below
-    /// min-p and below the cut's floor) by inverse CDF
+    /// temperature and min-p as f32 bits, 32 random bits, top-k's count and top-p in
+    /// 2^-16, `crate::backend::cpu::cut::Cut`'s words, then the row's logit edits,
+    /// `crate::backend::cpu::edit::Edits`'s words) → `[n] i32`: after the edits, the
+    /// token at the uniform point `bits / 2^32` of the row's weights `e^((l − max)/T)`
+    /// (0 below min-p and below the cut's floor) by inverse CDF
     /// (`crate::backend::cpu::draw::draw`), or the [`Op::Argmax`] pick where the
     /// temperature is 0; -1 where every value is -inf or NaN. Appended after the head
-    /// in place of `Argmax` when some sequence samples on the device.
+    /// in place of `Argmax` when some sequence samples on the device. A device may
+    /// apply the edits to `x` in place: nothing else reads the head's logits then.
     Draw,
 }
 
-/// Words of each row of [`Op::Draw`]'s parameters.
-pub const DRAW_PARAMS: usize = 5;
+/// Most logit edits (bias and penalties) a row of [`Op::Draw`]'s parameters carries.
+pub const DRAW_EDITS: usize = 128;
+
+/// Words of each row of [`Op::Draw`]'s parameters: five settings, the count of edits,
+/// then three words for each of [`DRAW_EDITS`] edits.
+pub const DRAW_PARAMS: usize = 6 + 3 * DRAW_EDITS;
 
 /// The kind of an operation without attributes: what capabilities are declared over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -4,6 +4,7 @@
 //! prompt's chunk).
 
 use crate::backend::cpu::cut::Cut;
+use crate::backend::cpu::edit::{Edit, Edits};
 use crate::backend::{Tensor, TensorData};
 use crate::cache::Pick;
 use crate::graph::{DType, Graph, GraphBuilder, GraphError, DRAW_PARAMS};
@@ -12,6 +13,12 @@ use super::{inputs, BatchLogits, StepError};
 
 /// What one sequence's share of a step asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a plain value a step copies a few times per sequence: its 1.6 KB of draw \
+              settings (edits inline) cost nothing beside the step, and a box would make \
+              every share a clone"
+)]
 pub enum Returns {
     /// Nothing: a prompt chunk with more of its prompt to come only fills the KV cache,
     /// and the step's head reads no row for it (decision 118).
@@ -49,21 +56,23 @@ impl Returns {
     }
 }
 
-/// What a device draw picks with: a temperature above 0, a min-p in `[0, 1]` (0: none),
-/// top-k and top-p as a [`Cut`], and the 32 random bits the sequence's sampler gave
-/// for this pick.
+/// What a device draw picks with: a temperature above 0 (or 0 for the greedy pick of
+/// edited logits), a min-p in `[0, 1]` (0: none), top-k and top-p as a [`Cut`], the 32
+/// random bits the sequence's sampler gave for this pick, and the logit edits its bias
+/// and penalties make first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrawSettings {
     temperature: u32,
     min_p: u32,
     cut: Cut,
     bits: u32,
+    edits: Edits,
 }
 
 impl DrawSettings {
     /// The settings of a draw at `temperature` with `min_p`, `cut` and random `bits`;
-    /// `None` unless the temperature is finite and above 0 (0 is [`Returns::Token`])
-    /// and `min_p` lies in `[0, 1]`.
+    /// `None` unless the temperature is finite and above 0 (0 is [`Returns::Token`],
+    /// or [`DrawSettings::greedy`] with edits) and `min_p` lies in `[0, 1]`.
     pub fn new(temperature: f32, min_p: f32, cut: Cut, bits: u32) -> Option<DrawSettings> {
         let valid = temperature.is_finite() && temperature > 0.0 && (0.0..=1.0).contains(&min_p);
         valid.then_some(DrawSettings {
@@ -71,10 +80,27 @@ impl DrawSettings {
             min_p: min_p.to_bits(),
             cut,
             bits,
+            edits: Edits::NONE,
         })
     }
 
-    /// The temperature.
+    /// The greedy pick of the logits after `edits` (temperature 0).
+    pub fn greedy(edits: Edits) -> DrawSettings {
+        DrawSettings {
+            temperature: 0,
+            min_p: 0,
+            cut: Cut::NONE,
+            bits: 0,
+            edits,
+        }
+    }
+
+    /// These settings with `edits` made to the logits first.
+    pub fn with_edits(self, edits: Edits) -> DrawSettings {
+        DrawSettings { edits, ..self }
+    }
+
+    /// The temperature (0: greedy).
     pub fn temperature(self) -> f32 {
         f32::from_bits(self.temperature)
     }
@@ -94,11 +120,18 @@ impl DrawSettings {
         self.bits
     }
 
+    /// The logit edits made before the pick.
+    pub fn edits(&self) -> &[Edit] {
+        self.edits.as_slice()
+    }
+
     /// Its row of the step's `draw` input ([`DRAW_PARAMS`] words): the temperature's
-    /// bits, the min-p's, the random bits, then the cut's two words.
-    pub(super) fn row(self) -> [i32; DRAW_PARAMS] {
+    /// bits, the min-p's, the random bits, the cut's two words, then the edits'.
+    pub(super) fn row(self) -> impl Iterator<Item = i32> {
         let [top_k, top_p] = self.cut.words();
-        [self.temperature, self.min_p, self.bits, top_k, top_p].map(|w| w as i32)
+        let head = [self.temperature, self.min_p, self.bits, top_k, top_p];
+        let edits: Vec<u32> = self.edits.words().collect();
+        head.into_iter().chain(edits).map(|w| w as i32)
     }
 }
 

@@ -87,12 +87,13 @@ impl StepInputs {
             (true, true) => Pick::Draw,
         };
         if pick == Pick::Draw {
-            let mut params: Vec<i32> = heads()
-                .flat_map(|w| match w {
-                    Returns::Draw(d) => d.row(),
-                    _ => [0; DRAW_PARAMS],
-                })
-                .collect();
+            let mut params = Vec::with_capacity(DRAW_PARAMS * logits);
+            for w in heads() {
+                match w {
+                    Returns::Draw(d) => params.extend(d.row()),
+                    _ => params.extend([0; DRAW_PARAMS]),
+                }
+            }
             params.resize(DRAW_PARAMS * logits, 0);
             let shape = [logits, DRAW_PARAMS];
             tensors.push((inputs::DRAW, Tensor::from_i32(shape, &params)?));
@@ -201,6 +202,7 @@ fn draws(mut heads: impl Iterator<Item = Returns>) -> bool {
 mod tests {
     use super::*;
     use crate::backend::cpu::cut::Cut;
+    use crate::backend::cpu::edit::{Edit, EditOp, Edits};
     use crate::step::DrawSettings;
 
     fn i32s(inputs: &StepInputs, name: &str) -> Vec<i32> {
@@ -258,7 +260,10 @@ mod tests {
     #[test]
     fn a_batch_with_a_draw_draws_every_row_and_greedy_ones_at_temperature_zero() {
         let (a, b, c) = ([1], [2], [3]);
-        let draw = DrawSettings::new(0.7, 0.05, Cut::new(40, 0.5), 0xDEAD_BEEF).unwrap();
+        let edits = Edits::of(&[Edit::new(7, EditOp::Add, 1.5)]).unwrap();
+        let draw = DrawSettings::new(0.7, 0.05, Cut::new(40, 0.5), 0xDEAD_BEEF)
+            .unwrap()
+            .with_edits(edits);
         let shares = [
             (4, &a[..], Returns::Draw(draw)),
             (9, &b[..], Returns::Token),
@@ -269,9 +274,19 @@ mod tests {
         let params = i32s(&step, inputs::DRAW);
         // Two logits rows padded to the step's bucket of sequences, each its settings.
         assert_eq!(params.len(), DRAW_PARAMS * step.logits());
-        let first = [0.7f32.to_bits(), 0.05f32.to_bits(), 0xDEAD_BEEF, 40, 32768];
-        assert_eq!(params[..DRAW_PARAMS], first.map(|w| w as i32));
-        assert!(params[DRAW_PARAMS..].iter().all(|&p| p == 0));
+        let first = [
+            0.7f32.to_bits(),
+            0.05f32.to_bits(),
+            0xDEAD_BEEF,
+            40,
+            32768,
+            1,
+            7,
+            EditOp::Add as u32,
+            1.5f32.to_bits(),
+        ];
+        assert_eq!(params[..first.len()], first.map(|w| w as i32));
+        assert!(params[first.len()..].iter().all(|&p| p == 0));
         // Without a draw, no settings; with a sequence reading logits, no pick.
         let greedy = StepInputs::new(&shares[1..]).unwrap();
         assert_eq!(greedy.pick(), Pick::Greedy);

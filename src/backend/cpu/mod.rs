@@ -21,7 +21,7 @@ mod view;
 mod partition_tests;
 
 pub use kernels::argmax::{argmax, greedy, sanitize};
-pub use kernels::{cut, draw};
+pub use kernels::{cut, draw, edit};
 
 use std::sync::Arc;
 

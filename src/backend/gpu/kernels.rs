@@ -77,13 +77,15 @@ pub(super) const ARGMAX: &str = concat!(
     include_str!("shaders/argmax.wgsl"),
     include_str!("shaders/argmax_key.wgsl")
 );
-/// A draw's second pass: the floor top-k and top-p set in each row.
+/// A draw's first pass: each row's logit edits (bias and penalties), in place.
+pub(super) const DRAW_EDIT: &str = include_str!("shaders/draw_edit.wgsl");
+/// A draw's third pass: the floor top-k and top-p set in each row.
 pub(super) const DRAW_CUT: &str = concat!(
     include_str!("shaders/draw_cut.wgsl"),
     include_str!("shaders/draw_weight.wgsl"),
     include_str!("shaders/argmax_key.wgsl")
 );
-/// A draw's third pass: the sum of each chunk's weights at the row's temperature.
+/// A draw's fourth pass: the sum of each chunk's weights at the row's temperature.
 pub(super) const DRAW_SUMS: &str = concat!(
     include_str!("shaders/draw_sums.wgsl"),
     include_str!("shaders/draw_weight.wgsl"),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::device::Gpu;
 use super::kernels::{self, Binary, Source, Unary};
 use crate::backend::BackendError;
-use crate::graph::{DType, Node, Op, RopeMode, Shape, ValueId};
+use crate::graph::{DType, Node, Op, RopeMode, Shape, ValueId, DRAW_PARAMS};
 
 /// One recorded compute dispatch.
 pub(super) struct Dispatch {
@@ -257,18 +257,28 @@ pub(super) fn record_node(
             vec![bests.dispatch, pick]
         }
         Op::Draw => {
-            // Four passes: each chunk's best (argmax's first), one workgroup a row the
-            // floor top-k and top-p set, each chunk's sum of weights, then one workgroup
-            // a row walks the sums to its token.
+            // Five passes: one thread a row makes its logit edits in place (the head's
+            // logits are read by nothing else), each chunk's best (argmax's first),
+            // one workgroup a row the floor top-k and top-p set, each chunk's sum of
+            // weights, then one workgroup a row walks the sums to its token.
             let (x, settings) = (arg(0)?, arg(1)?);
-            let bests = ChunkBests::record(gpu, x, "draw", unsupported)?;
-            let (rows, chunks, width) = (bests.rows, bests.chunks, bests.width);
-            let (gx, gy) = fold(gpu, rows);
+            // The kernels index each row's settings by their width, a constant.
             let row_source = |name: &str, wgsl: &str| Source {
                 kind: "draw",
                 name: name.into(),
-                wgsl: wgsl.into(),
+                wgsl: format!("const SETTINGS_WORDS: u32 = {DRAW_PARAMS}u;\n{wgsl}"),
             };
+            let rows = word("rows", x.shape.numel() / x.shape.last().max(1))?;
+            let (gx, gy) = fold(gpu, rows);
+            let edit = dispatch(
+                gpu,
+                &row_source("draw_edit", kernels::DRAW_EDIT),
+                &[word("width", x.shape.last())?, rows, gx],
+                &[&x.buffer, &settings.buffer],
+                [gx, gy, 1],
+            )?;
+            let bests = ChunkBests::record(gpu, x, "draw", unsupported)?;
+            let (chunks, width) = (bests.chunks, bests.width);
             let floors = gpu.storage("draw floors", 4 * rows as usize);
             let cut = dispatch(
                 gpu,
@@ -280,7 +290,7 @@ pub(super) fn record_node(
             let sums = gpu.storage("draw sums", 4 * rows as usize * chunks as usize);
             let sum = dispatch(
                 gpu,
-                &Source::fixed("draw", kernels::DRAW_SUMS),
+                &row_source("draw", kernels::DRAW_SUMS),
                 &[width, chunks],
                 &[&x.buffer, &bests.parts, &settings.buffer, &floors, &sums],
                 [chunks, rows, 1],
@@ -299,7 +309,7 @@ pub(super) fn record_node(
                 ],
                 [gx, gy, 1],
             )?;
-            vec![bests.dispatch, cut, sum, pick]
+            vec![edit, bests.dispatch, cut, sum, pick]
         }
         other => {
             return Err(unsupported(format!(

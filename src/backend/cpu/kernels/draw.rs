@@ -9,6 +9,7 @@
 use super::argmax::{greedy, sanitize};
 use super::check_len;
 use super::cut::{self, Cut};
+use super::edit;
 use crate::backend::BackendError;
 use crate::graph::DRAW_PARAMS;
 
@@ -369,7 +370,7 @@ pub fn draw(
 
 /// The graph's `Draw`: each `width`-wide row of `x` picked by [`draw`] at its row of
 /// `params` ([`DRAW_PARAMS`] words: temperature bits, min-p bits, uniform bits, then the
-/// [`Cut`]'s two words), or by
+/// [`Cut`]'s two words, then the row's [`edit::Edits`], applied first), or by
 /// [`super::argmax::greedy`] where the temperature is 0; -1 for a row with no pick. Rows
 /// run in parallel.
 pub(in crate::backend::cpu) fn draw_rows(
@@ -387,17 +388,29 @@ pub(in crate::backend::cpu) fn draw_rows(
     x.par_chunks_exact(width)
         .zip(params.par_chunks_exact(DRAW_PARAMS))
         .zip(out.par_iter_mut())
-        .for_each_init(Scratch::default, |scratch, ((row, p), pick)| {
-            let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
-            let cut = Cut::from_words(p[3] as u32, p[4] as u32);
-            let picked = if t > 0.0 {
-                draw(row, t, min_p, cut, p[2] as u32, scratch)
-            } else {
-                greedy(row)
-            };
-            *pick = picked.map_or(-1, |i| i as i32);
-        });
-    Ok(())
+        .try_for_each_init(
+            || (Scratch::default(), Vec::new()),
+            |(scratch, edited), ((row, p), pick)| {
+                let (t, min_p) = (f32::from_bits(p[0] as u32), f32::from_bits(p[1] as u32));
+                let cut = Cut::from_words(p[3] as u32, p[4] as u32);
+                let row = match p[5] {
+                    0 => row,
+                    _ => {
+                        edited.clear();
+                        edited.extend_from_slice(row);
+                        edit::apply_words(&p[5..], edited).map_err(BackendError::Input)?;
+                        &edited[..]
+                    }
+                };
+                let picked = if t > 0.0 {
+                    draw(row, t, min_p, cut, p[2] as u32, scratch)
+                } else {
+                    greedy(row)
+                };
+                *pick = picked.map_or(-1, |i| i as i32);
+                Ok(())
+            },
+        )
 }
 
 #[cfg(test)]

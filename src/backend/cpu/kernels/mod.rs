@@ -5,6 +5,7 @@ pub(super) mod argmax;
 pub(super) mod attention;
 pub mod cut;
 pub mod draw;
+pub mod edit;
 pub(super) mod elementwise;
 pub(super) mod embedding;
 mod float;

@@ -2,9 +2,9 @@
 // logit's weight e^((l − max)/T) relative to its row's best, 0 below min-p and below
 // the row's floor (draw_cut.wgsl's), as the CPU's `draw` computes it (NaN is never
 // chosen, +inf counts as the largest finite value), each row's settings (temperature,
-// min-p, random bits, top-k, top-p in 2^-16: five words a row), and its best value from
-// the chunk bests argmax_part.wgsl wrote (their total-order keys turned back into
-// values).
+// min-p, random bits, top-k, top-p in 2^-16, then the edits draw_edit.wgsl made), and
+// its best value from the chunk bests argmax_part.wgsl wrote (their total-order keys
+// turned back into values).
 
 // e^x for x <= 0, 0 below -87: the CPU's polynomial (Cephes' expf), the power of two
 // built in the exponent bits.
@@ -62,12 +62,15 @@ fn row_best(row: u32, chunks: u32) -> i32 {
     return best;
 }
 
-// Row `row`'s settings: temperature, min-p (as f32 bits) and the random bits.
+// Row `row`'s settings: temperature, min-p (as f32 bits) and the random bits (each row
+// SETTINGS_WORDS words, a constant the host puts before this source).
 fn row_settings(row: u32) -> vec3<u32> {
-    return vec3<u32>(settings[5u * row], settings[5u * row + 1u], settings[5u * row + 2u]);
+    let at = SETTINGS_WORDS * row;
+    return vec3<u32>(settings[at], settings[at + 1u], settings[at + 2u]);
 }
 
 // Row `row`'s cut: top-k's count (0: none) and top-p in 2^-16 (65,536: none).
 fn row_cut(row: u32) -> vec2<u32> {
-    return vec2<u32>(settings[5u * row + 3u], settings[5u * row + 4u]);
+    let at = SETTINGS_WORDS * row;
+    return vec2<u32>(settings[at + 3u], settings[at + 4u]);
 }
