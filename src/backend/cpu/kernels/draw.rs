@@ -1,10 +1,11 @@
-//! A draw from a whole vocabulary at a temperature (decisions 164, 195, 196): the
-//! sanitized maximum, each token's weight relative to it with the weights' sums by
+//! A draw from a vocabulary at a temperature (decisions 164, 195, 196, 201): the
+//! sanitized maximum, the floor top-k and top-p set ([`cut`]), each token's weight
+//! relative to the maximum (0 below the floor and min-p) with the weights' sums by
 //! blocks, then the token at a uniform point of their total by inverse CDF, walking
-//! blocks before tokens. The sampler's whole-vocabulary path and the graph's `Draw`
-//! (a step that returns tokens instead of logits) both pick with [`draw`], so a seed
-//! draws the same tokens either way; the passes are compiled for the widest vectors
-//! the CPU allows and compute the same bits at every width.
+//! blocks before tokens. The sampler and the graph's `Draw` (a step that returns
+//! tokens instead of logits) both pick with [`draw`], so a seed draws the same tokens
+//! either way; the passes are compiled for the widest vectors the CPU allows and
+//! compute the same bits at every width.
 
 use super::argmax::{greedy, sanitize};
 use super::check_len;
