@@ -253,6 +253,28 @@ const CASES: &[(&str, &[&str], Expect)] = &[
         Refused("--prompt-tokens 1000000 plus --gen-tokens 1"),
     ),
     ("bench", &["--threads", "0"], Refused("--threads")),
+    // bench's cut of a draw: only with a temperature, top-p in (0, 1].
+    (
+        "bench",
+        &["--top-k", "5"],
+        Refused("--top-k and --top-p cut a draw"),
+    ),
+    ("bench", &["--top-k", "-1"], Refused("--top-k")),
+    (
+        "bench",
+        &["--temperature", "1", "--top-p", "0"],
+        Refused("--top-p 0 is out of range"),
+    ),
+    (
+        "bench",
+        &["--temperature", "1", "--top-p", "nan"],
+        Refused("--top-p NaN is out of range"),
+    ),
+    (
+        "bench",
+        &["--temperature", "1", "--top-p", "-0.5"],
+        Refused("--top-p -0.5 is out of range"),
+    ),
     // plan and calibrate.
     ("plan", &["--demo", "--tokens", HUGE], Refused("--tokens")),
     ("plan", &["--demo", "--tokens", "0"], Refused("--tokens")),

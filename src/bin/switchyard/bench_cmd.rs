@@ -69,11 +69,21 @@ pub struct BenchArgs {
     temperature: f32,
     /// With --temperature: keep only the K most likely tokens (0: all), on the device
     /// too (ties at the K-th kept).
-    #[arg(long, value_name = "K", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
     top_k: usize,
     /// With --temperature: keep only the most likely tokens holding P of the
     /// probability (1: all), on the device too.
-    #[arg(long, value_name = "P", default_value_t = 1.0)]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
     top_p: f32,
     /// Timed repetitions of each test, after one warm-up.
     #[arg(
