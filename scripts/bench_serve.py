@@ -18,7 +18,8 @@ cost the shared cores twice the CPU).
 A completion's tokens are counted from the server's `usage` when it reports one, else
 from its content chunks. `--temperature T` samples the streamed completions at T (each
 server's other samplers at its defaults: llama-server's top-k 40, top-p 0.95 and min-p
-0.05 apply; switchyard's are off). `--api completions` sends each prompt as plain text to
+0.05 apply; switchyard's are off); `--top-p P` sends that top-p with each request.
+`--api completions` sends each prompt as plain text to
 /v1/completions instead (for model files without a chat template, such as the random-
 weight 1B benchmark model).
 
@@ -74,6 +75,8 @@ def prompt(i, run, api):
 
 # The streamed completions' temperature (`--temperature`).
 TEMPERATURE = 0.0
+# Their top-p (`--top-p`; None: not sent, the server's default).
+TOP_P = None
 
 
 async def one_request(client, model, i, run, max_tokens, api, on_first=None, extra=None):
@@ -90,6 +93,8 @@ async def one_request(client, model, i, run, max_tokens, api, on_first=None, ext
     arrivals, usage = [], None
     common = dict(model=model, max_tokens=max_tokens, temperature=TEMPERATURE, stream=True,
                   stream_options={"include_usage": True}, extra_body=extra)
+    if TOP_P is not None:
+        common["top_p"] = TOP_P
     if api == "chat":
         stream = client.chat.completions.with_streaming_response.create(
             messages=[{"role": "user", "content": prompt(i, run, api)}], **common)
@@ -280,9 +285,12 @@ async def main():
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="sampling temperature of the streamed completions (default 0, "
                          "greedy; each server's other samplers at its defaults)")
+    ap.add_argument("--top-p", type=float, default=None,
+                    help="top-p of the streamed completions (default: not sent)")
     args = ap.parse_args()
-    global TEMPERATURE
+    global TEMPERATURE, TOP_P
     TEMPERATURE = args.temperature
+    TOP_P = args.top_p
     servers = [s.split("=", 1) for s in args.server]
     levels = [int(c) for c in args.concurrency.split(",")]
     names = {url: await model_name(url) for _, url in servers}
