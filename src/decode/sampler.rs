@@ -112,8 +112,8 @@ pub struct Sampler {
     rng: ChaCha8Rng,
     /// What each draw reuses: block sums and the nucleus's candidates.
     scratch: Scratch,
-    /// The random bits of the next whole-vocabulary draw, once asked for by a step that
-    /// picks on its device ([`Sampler::device_draw`]), until a pick takes them.
+    /// The random bits of the next draw, once asked for by a step that picks on its
+    /// device ([`Sampler::device_pick`]), until a pick takes them.
     pending: Option<u32>,
 }
 
@@ -235,8 +235,8 @@ impl Sampler {
         Cut::new(self.config.top_k, self.config.top_p)
     }
 
-    /// The random bits of the next whole-vocabulary draw: those a step asked for
-    /// ([`Sampler::device_bits`]) and has not yet returned a pick for, else fresh ones.
+    /// The random bits of the next draw: those a step asked for ([`Sampler::device_bits`])
+    /// and has not yet returned a pick for, else fresh ones.
     fn take_bits(&mut self) -> u32 {
         self.pending.take().unwrap_or_else(|| self.rng.next_u32())
     }
