@@ -7,7 +7,7 @@
 # Usage: scripts/bench-serve.sh [--model PATH] [--concurrency 1,4,16,64] [--parallel N]
 #                               [--max-tokens N] [--threads N] [--api chat|completions]
 #                               [--json OUT] [--scored-prompt N [--streams N]]
-#                               [--temperature T]
+#                               [--temperature T] [--top-p P]
 #   --model        GGUF file (default: the default model, fetched if needed)
 #   --parallel     sequences each server steps together (default 16); llama-server gets
 #                  --parallel N -c N*1024, switchyard --parallel N --ctx 1024
@@ -17,6 +17,7 @@
 #                  without a chat template (the random-weight 1B benchmark model)
 #   --temperature  the streamed completions' sampling temperature (default 0: greedy;
 #                  1 is what OpenAI clients send unless told otherwise)
+#   --top-p        a top-p sent with every completion to both servers (default: none)
 #   --scored-prompt N  switchyard alone (llama-server does not score prompts): the
 #                  inter-token p50/p99/max of --streams streams (default 8) of
 #                  --max-tokens tokens without and with one scored prompt of N tokens
@@ -36,6 +37,7 @@ api="chat"
 scored=""
 streams=8
 temperature=0
+top_p=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -48,11 +50,13 @@ while [ $# -gt 0 ]; do
     --scored-prompt) scored="$2"; shift 2 ;;
     --streams) streams="$2"; shift 2 ;;
     --temperature) temperature="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --top-p) top_p="$2"; shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$temperature" in ''|*[!0-9.]*|*.*.*) echo "error: --temperature takes a number like 0 or 0.8, not '$temperature'" >&2; exit 2 ;; esac
+case "$top_p" in ''|0.*[0-9]|1|1.0) ;; *) echo "error: --top-p takes a number in (0, 1] like 0.95, not '$top_p'" >&2; exit 2 ;; esac
 case "$api" in chat|completions) ;; *) echo "error: --api takes chat or completions, not '$api'" >&2; exit 2 ;; esac
 for n in "$parallel" "$max_tokens" "$threads" "$streams" ${scored:+"$scored"}; do
   case "$n" in ''|*[!0-9]*) echo "error: --parallel, --max-tokens, --threads, --streams and --scored-prompt take numbers" >&2; exit 2 ;; esac
@@ -93,7 +97,7 @@ if [ -n "$scored" ]; then
   echo "model $model; $threads threads; --parallel $parallel; $streams streams of $max_tokens tokens; a scored prompt of $scored tokens" >&2
   python3 "$root/scripts/bench_serve.py" --server "switchyard=http://127.0.0.1:$sy_port" \
     --scored-prompt "$scored" --streams "$streams" --max-tokens "$max_tokens" \
-    --temperature "$temperature" ${json:+--json "$json"}
+    --temperature "$temperature" ${top_p:+--top-p "$top_p"} ${json:+--json "$json"}
   exit 0
 fi
 ls_port="$(free_port)"
@@ -102,9 +106,9 @@ ls_port="$(free_port)"
 pids+=($!)
 wait_healthy "$ls_port" "$log/llama-server.log"
 
-echo "model $model; $threads threads; --parallel $parallel; $max_tokens tokens per completion; temperature $temperature" >&2
+echo "model $model; $threads threads; --parallel $parallel; $max_tokens tokens per completion; temperature $temperature${top_p:+, top-p $top_p}" >&2
 python3 "$root/scripts/bench_serve.py" \
   --server "switchyard=http://127.0.0.1:$sy_port" \
   --server "llama-server=http://127.0.0.1:$ls_port" \
   --concurrency "$concurrency" --max-tokens "$max_tokens" --api "$api" \
-  --temperature "$temperature" ${json:+--json "$json"}
+  --temperature "$temperature" ${top_p:+--top-p "$top_p"} ${json:+--json "$json"}
