@@ -16,7 +16,7 @@
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::backend::cpu::{argmax, greedy, sanitize};
+use crate::backend::cpu::greedy;
 
 use crate::backend::cpu::cut::Cut;
 use crate::backend::cpu::draw::{draw, Scratch};
@@ -194,40 +194,36 @@ impl Sampler {
         if logits.is_empty() {
             return Err(SamplerError::EmptyLogits);
         }
-        if self.is_greedy() {
-            // The sanitized maximum read in place: no copy of the vocabulary's logits
-            // per stream and step (the same id as below).
-            return greedy(logits)
-                .map(|id| id as u32)
-                .ok_or(SamplerError::NoCandidates(logits.len()));
-        }
-        let c = &self.config;
-        let greedy = c.temperature == 0.0 || c.top_k == 1;
-        let adjusted: Vec<f32>;
+        // Read in place unless a bias or penalty edits a copy. The edits sanitize the
+        // logits they change, and `greedy` and `draw` every logit they read: the graph's
+        // `Draw` picks the same way after the same edits.
+        let edited: Vec<f32>;
         let logits = if self.adjusts() {
-            let mut copy: Vec<f32> = logits.iter().copied().map(sanitize).collect();
             let mut edits = Vec::new();
             self.edits(history, &mut edits);
+            let mut copy = logits.to_vec();
             edit::apply(&edits, &mut copy);
-            adjusted = copy;
-            &adjusted[..]
+            edited = copy;
+            &edited[..]
         } else {
             logits
         };
-        if greedy {
-            // Sanitized logits hold no NaN, so the largest is a candidate unless every
-            // logit is -inf.
-            return match argmax(logits) {
-                Some(id) if logits[id] > f32::NEG_INFINITY => Ok(id as u32),
-                _ => Err(SamplerError::NoCandidates(logits.len())),
-            };
-        }
-        let (t, min_p) = (self.config.temperature, self.config.min_p);
-        let cut = self.cut();
-        let bits = self.take_bits();
-        draw(logits, t, min_p, cut, bits, &mut self.scratch)
+        let picked = if self.picks_greedily() {
+            greedy(logits)
+        } else {
+            let (t, min_p) = (self.config.temperature, self.config.min_p);
+            let (cut, bits) = (self.cut(), self.take_bits());
+            draw(logits, t, min_p, cut, bits, &mut self.scratch)
+        };
+        picked
             .map(|id| id as u32)
             .ok_or(SamplerError::NoCandidates(logits.len()))
+    }
+
+    /// Whether each pick is the greatest logit (temperature 0 or top-k 1), after any
+    /// bias and penalties.
+    fn picks_greedily(&self) -> bool {
+        self.config.temperature == 0.0 || self.config.top_k == 1
     }
 
     /// What top-k and top-p keep, as a draw cuts it ([`crate::backend::cpu::cut`]).
@@ -267,10 +263,10 @@ impl Sampler {
     /// [`Sampler::is_greedy`]'s.
     pub fn device_pick(&mut self, history: History<'_>) -> Option<DrawSettings> {
         let edits = self.device_edits(history)?;
-        let c = &self.config;
-        if c.temperature == 0.0 || c.top_k == 1 {
+        if self.picks_greedily() {
             return Some(DrawSettings::greedy(edits));
         }
+        let c = &self.config;
         let (t, min_p, cut) = (c.temperature, c.min_p, self.cut());
         let settings = DrawSettings::new(t, min_p, cut, self.device_bits())?;
         Some(settings.with_edits(edits))
@@ -293,8 +289,7 @@ impl Sampler {
     /// adjusting the logits): [`crate::backend::cpu::greedy`]'s rule, which a device's
     /// argmax after the head computes the same, so the logits need not come back.
     pub fn is_greedy(&self) -> bool {
-        let c = &self.config;
-        (c.temperature == 0.0 || c.top_k == 1) && !self.adjusts()
+        self.picks_greedily() && !self.adjusts()
     }
 
     /// Whether any bias or penalty can change a logit.
@@ -342,6 +337,7 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::{argmax, sanitize};
 
     fn sampler(config: SamplerConfig) -> Sampler {
         Sampler::new(config).unwrap()

@@ -101,22 +101,22 @@ impl DrawSettings {
     }
 
     /// The temperature (0: greedy).
-    pub fn temperature(self) -> f32 {
+    pub fn temperature(&self) -> f32 {
         f32::from_bits(self.temperature)
     }
 
     /// The min-p (0: none).
-    pub fn min_p(self) -> f32 {
+    pub fn min_p(&self) -> f32 {
         f32::from_bits(self.min_p)
     }
 
     /// Top-k and top-p.
-    pub fn cut(self) -> Cut {
+    pub fn cut(&self) -> Cut {
         self.cut
     }
 
     /// The random bits.
-    pub fn bits(self) -> u32 {
+    pub fn bits(&self) -> u32 {
         self.bits
     }
 
@@ -127,11 +127,10 @@ impl DrawSettings {
 
     /// Its row of the step's `draw` input ([`DRAW_PARAMS`] words): the temperature's
     /// bits, the min-p's, the random bits, the cut's two words, then the edits'.
-    pub(super) fn row(self) -> impl Iterator<Item = i32> {
+    pub(super) fn row(&self) -> impl Iterator<Item = i32> + '_ {
         let [top_k, top_p] = self.cut.words();
         let head = [self.temperature, self.min_p, self.bits, top_k, top_p];
-        let edits: Vec<u32> = self.edits.words().collect();
-        head.into_iter().chain(edits).map(|w| w as i32)
+        head.into_iter().chain(self.edits.words()).map(|w| w as i32)
     }
 }
 

@@ -97,13 +97,11 @@ impl Edits {
     }
 
     /// Their words in a step's `Draw` settings: the count, then each edit's three
-    /// words, then zeros up to [`DRAW_EDITS`] edits.
+    /// words, then zeros up to [`DRAW_EDITS`] edits (the unused entries are
+    /// [`Edits::NONE`]'s, all zero words).
     pub fn words(&self) -> impl Iterator<Item = u32> + '_ {
-        let edits = self.list.iter().enumerate();
-        std::iter::once(self.len as u32).chain(edits.flat_map(move |(i, e)| match i < self.len {
-            true => e.words(),
-            false => [0; 3],
-        }))
+        let edits = self.list.iter().flat_map(|e| e.words());
+        std::iter::once(self.len as u32).chain(edits)
     }
 }
 
