@@ -12,6 +12,7 @@ use half::f16;
 
 use super::{GroupTask, Rows, Scratch};
 use crate::backend::cpu::kernels::vexp::exp_avx2;
+use crate::backend::cpu::prefetch;
 use crate::backend::KV_BLOCK;
 
 impl GroupTask<'_> {
@@ -106,11 +107,24 @@ impl GroupTask<'_> {
         scores.clear();
         scores.resize(rows * seen_max, 0.0);
         let scale = _mm256_set1_ps(self.scale);
+        // Where keys and values are read from the cache: the first [`AHEAD`] positions'
+        // keys asked for at once, then, in the first row's pass, each key `AHEAD`
+        // positions on and the values of the positions it scores, which the value loop
+        // reads next.
+        for j in 0..AHEAD.min(seen_max) {
+            k.prefetch(j, dh);
+        }
         for r in 0..rows {
             let q = self.query(r).as_ptr();
             let n = seen(r);
             let row = &mut scores[r * seen_max..][..n];
             for j0 in (0..n).step_by(8) {
+                if r == 0 {
+                    for p in j0..j0 + 8 {
+                        k.prefetch(p + AHEAD, dh);
+                        v.prefetch(p, dh);
+                    }
+                }
                 // Eight positions in one block (blocks hold a multiple of eight), each
                 // `stride` values after the last; those past `seen_max` count as zero.
                 let (base, stride) = (k.at(j0), k.stride);
@@ -231,7 +245,25 @@ impl<'a, T> Src<'a, T> {
         };
         base.add(within * self.stride + self.off)
     }
+
+    /// Asks for position `j`'s `len` values where they lie in the cache (a position not
+    /// stored asks for nothing); a contiguous buffer was just written, so its rows are
+    /// not asked for.
+    #[inline(always)]
+    fn prefetch(&self, j: usize, len: usize) {
+        if let SrcRows::Cache(blocks) = self.rows {
+            if let Some(block) = blocks.get(j / KV_BLOCK) {
+                let at = (j % KV_BLOCK) * self.stride + self.off;
+                prefetch::span(block.as_ptr().wrapping_add(at).cast(), len * size_of::<T>());
+            }
+        }
+    }
 }
+
+/// Positions ahead of the first row's score loop whose keys it asks for where it reads
+/// them from the cache (decode): a step's cache rows were written a whole weight stream
+/// ago, so they come from memory. As the AVX-512 loops' `AHEAD`.
+const AHEAD: usize = 48;
 
 /// `buf` = positions `0..positions` of `rows` (each `dh` values from `off`) as f32.
 #[inline(always)]
