@@ -59,19 +59,22 @@ fn argmax_by_key(values: &[f32], key: impl Fn(f32) -> i32 + Copy) -> Option<usiz
 }
 
 /// The graph's `Argmax`: each `width`-wide row of `x`'s [`greedy`] pick into `out`, -1
-/// for a row with none.
+/// for a row with none. Rows run in parallel, as the `Draw`'s do: a batched step's
+/// rows were just written by the head product and are read from the other core's
+/// cache or from memory.
 pub(in crate::backend::cpu) fn argmax_rows(
     x: &[f32],
     width: usize,
     out: &mut [i32],
 ) -> Result<(), BackendError> {
+    use rayon::prelude::*;
     if width == 0 {
         return Err(BackendError::Input("argmax over rows of no values".into()));
     }
     check_len("argmax input", x.len(), out.len() * width)?;
-    for (row, pick) in x.chunks_exact(width).zip(out.iter_mut()) {
-        *pick = greedy(row).map_or(-1, |i| i as i32);
-    }
+    x.par_chunks_exact(width)
+        .zip(out.par_iter_mut())
+        .for_each(|(row, pick)| *pick = greedy(row).map_or(-1, |i| i as i32));
     Ok(())
 }
 
