@@ -3,7 +3,8 @@
 //! transpose (no horizontal sum per position); the softmax with a vectorised `exp`;
 //! each output row held in eight registers while the positions stream past. Keys and
 //! values are widened to f32 once per task and read by every query row of it, or, for
-//! a task of one or two rows (decode), converted from the cache as they are used.
+//! a task of at most four rows (decode), converted from the cache as they are used and
+//! asked for ahead of the loops that read them.
 
 use std::arch::x86_64::*;
 use std::sync::Arc;
