@@ -258,6 +258,9 @@ pub struct Decoding<'t> {
     prefill_time: Option<std::time::Duration>,
     ttft: Option<std::time::Duration>,
     decode_started: Option<Instant>,
+    /// Whether the last [`Decoding::head`] asked the step for the token alone, picked
+    /// where the logits are computed.
+    asked_for_token: bool,
 }
 
 impl<'t> Decoding<'t> {
@@ -298,6 +301,7 @@ impl<'t> Decoding<'t> {
             prefill_time: None,
             ttft: None,
             decode_started: None,
+            asked_for_token: false,
         })
     }
 
@@ -324,17 +328,19 @@ impl<'t> Decoding<'t> {
     /// ([`Returns::Token`], decision 147) or by a draw or a greedy pick after its bias
     /// and penalties ([`Returns::Draw`] with its cut, edits and the random bits it will
     /// use, decisions 196, 201 and 202); else the logits.
-    pub fn head(&self, sampler: &mut Sampler) -> Returns {
-        if !self.token_only() {
-            return Returns::Logits;
-        }
-        if sampler.is_greedy() {
-            return Returns::Token;
-        }
-        let history = History::new(&self.history, self.tokens.len());
-        sampler
-            .device_pick(history)
-            .map_or(Returns::Logits, Returns::Draw)
+    pub fn head(&mut self, sampler: &mut Sampler) -> Returns {
+        let returns = if !self.token_only() {
+            Returns::Logits
+        } else if sampler.is_greedy() {
+            Returns::Token
+        } else {
+            let history = History::new(&self.history, self.tokens.len());
+            sampler
+                .device_pick(history)
+                .map_or(Returns::Logits, Returns::Draw)
+        };
+        self.asked_for_token = !matches!(returns, Returns::Logits);
+        returns
     }
 
     /// Whether the next pick reads nothing of the logits but the token.
@@ -368,9 +374,7 @@ impl<'t> Decoding<'t> {
         let logits = match returned {
             Returned::Logits(logits) => logits,
             Returned::Token(token) => {
-                let history = History::new(&self.history, self.tokens.len());
-                let picked_there = sampler.picks_on_device(history);
-                if !self.token_only() || !picked_there {
+                if !self.asked_for_token {
                     return Err(ModelError::internal(
                         "a step returned a token to a decoding that needs its logits",
                     ));

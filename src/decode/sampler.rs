@@ -110,7 +110,7 @@ impl<'a> History<'a> {
 pub struct Sampler {
     config: SamplerConfig,
     rng: ChaCha8Rng,
-    /// What each draw reuses: block sums and the nucleus's candidates.
+    /// What each draw reuses: block sums and the floor's selection buffers.
     scratch: Scratch,
     /// The random bits of the next draw, once asked for by a step that picks on its
     /// device ([`Sampler::device_pick`]), until a pick takes them.
@@ -199,10 +199,8 @@ impl Sampler {
         // `Draw` picks the same way after the same edits.
         let edited: Vec<f32>;
         let logits = if self.adjusts() {
-            let mut edits = Vec::new();
-            self.edits(history, &mut edits);
             let mut copy = logits.to_vec();
-            edit::apply(&edits, &mut copy);
+            edit::apply(&self.edits(history), &mut copy);
             edited = copy;
             &edited[..]
         } else {
@@ -244,16 +242,7 @@ impl Sampler {
         if !self.adjusts() {
             return Some(Edits::NONE);
         }
-        let mut edits = Vec::new();
-        self.edits(history, &mut edits);
-        Edits::of(&edits)
-    }
-
-    /// Whether a device that computed the logits can pick the next token after
-    /// `history` as this sampler would: greedily ([`Sampler::is_greedy`]), or by
-    /// [`Sampler::device_pick`]'s settings.
-    pub fn picks_on_device(&self, history: History<'_>) -> bool {
-        self.is_greedy() || self.device_edits(history).is_some()
+        Edits::of(&self.edits(history))
     }
 
     /// The settings of the pick a device makes from the logits it computed (the
@@ -304,11 +293,11 @@ impl Sampler {
     /// The edits, in order, that add the logit biases, then apply the repetition penalty
     /// once to each distinct id among the last `repeat_last_n` history entries, then
     /// subtract the frequency penalty per generation of each generated id and the
-    /// presence penalty once, into `out` (cleared first). The biased logits are what the
-    /// penalties see (vLLM's order); a biased -inf stays so.
-    fn edits(&self, history: History<'_>, out: &mut Vec<Edit>) {
+    /// presence penalty once. The biased logits are what the penalties see (vLLM's
+    /// order); a biased -inf stays so.
+    fn edits(&self, history: History<'_>) -> Vec<Edit> {
         let c = &self.config;
-        out.clear();
+        let mut out = Vec::new();
         let bias = c.logit_bias.iter();
         out.extend(bias.map(|&(id, bias)| Edit::new(id, EditOp::Add, bias)));
         if c.repetition_penalty != 1.0 && c.repeat_last_n != 0 {
@@ -331,6 +320,7 @@ impl Sampler {
                 out.push(Edit::new(run[0], EditOp::Sub, amount));
             }
         }
+        out
     }
 }
 
@@ -686,8 +676,7 @@ mod tests {
         };
         let mut m = sampler(many);
         assert!(m.device_pick(History::prompt(&long)).is_none());
-        assert!(!m.picks_on_device(History::prompt(&long)));
-        assert!(m.picks_on_device(History::prompt(&long[..8])));
+        assert!(m.device_pick(History::prompt(&long[..8])).is_some());
     }
 
     #[test]

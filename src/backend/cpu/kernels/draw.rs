@@ -352,9 +352,10 @@ pub fn draw(
     if max == f32::NEG_INFINITY {
         return None;
     }
-    let lowest = match cut.is_none() {
-        true => f32::NEG_INFINITY,
-        false => cut::floor(logits, max, t, cut, &mut scratch.cut),
+    let lowest = if cut.is_none() {
+        f32::NEG_INFINITY
+    } else {
+        cut::floor(logits, max, t, cut, &mut scratch.cut)
     };
     let sums = &mut scratch.sums;
     sum_weights(logits, max, t, min_p, lowest, sums);
