@@ -1,10 +1,11 @@
 // A draw's pick per row (one workgroup of 256 threads a row, the rows folded over
 // `groups_x` workgroups in x): at temperature 0 the greedy pick of the row's chunk
 // bests (argmax.wgsl's rule); else the token at the uniform point bits / 2^32 of the
-// total of the weights (0 below min-p and the floor draw_cut.wgsl set) by inverse CDF, walking the chunks' sums
-// (draw_sums.wgsl), then the 256 spans of 16 logits of the chunk that holds the point,
-// then the logits of the span that holds it. A point past every span (rounding) takes
-// the last token of weight. -1 where every logit is -inf or NaN.
+// total of the weights (0 below min-p and the floor draw_cut.wgsl set) by inverse CDF,
+// walking the chunks' sums (draw_sums.wgsl), then the 256 spans of 16 logits of the
+// chunk that holds the point, then the logits of the span that holds it. A point past
+// every span (rounding) takes the last token of weight. -1 where every logit is -inf
+// or NaN.
 const CHUNK: u32 = 4096u;
 const SPAN: u32 = 16u;
 

@@ -1,6 +1,7 @@
-// A draw's second pass: the sum of each chunk's weights (one workgroup of 256 threads a
-// chunk of CHUNK logits (x) and row (y), as argmax_part.wgsl cut them), for the rows
-// whose temperature is above 0; draw_pick.wgsl walks these sums.
+// A draw's fourth pass, after draw_edit.wgsl, argmax_part.wgsl and draw_cut.wgsl: the
+// sum of each chunk's weights (one workgroup of 256 threads a chunk of CHUNK logits (x)
+// and row (y), as argmax_part.wgsl cut them), for the rows whose temperature is above
+// 0; draw_pick.wgsl walks these sums.
 const CHUNK: u32 = 4096u;
 
 struct Params {
