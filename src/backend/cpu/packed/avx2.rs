@@ -10,8 +10,11 @@
 //! off once per block; Q8_0 and the IQ4 kinds (signed values) move the weights' signs
 //! onto the activations (`vpsignb`) and widen each group to `i32` at once (a pair can
 //! reach 2·128·127). The first pass over a panel asks for its weights and scale entries
-//! ahead, as the AVX-512 kernel does. Twin of [`super::scalar`], bit for bit: the
-//! integer dot is exact and the f32 steps are the scalar ones in the same order.
+//! ahead, as the AVX-512 kernel does. Where several passes read a panel of a kind whose
+//! groups cost most to unpack (the 5-bit kinds, Q6_K, IQ4), it is unpacked once into
+//! bytes that every pass of every row group then loads. Twin of [`super::scalar`], bit
+//! for bit: the integer dot is exact and the f32 steps are the scalar ones in the same
+//! order.
 
 use std::arch::x86_64::*;
 
@@ -49,12 +52,29 @@ const fn rows_per_pass(kind: u8) -> usize {
 }
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
-fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]) {
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32], again: bool) {
     assert!(x.len() >= rows * w.nb && sums.len() >= rows * w.nb * w.kind.sums_per_block());
     assert!(out.len() >= rows * PANEL && w.is_whole() && !w.kind.is_float());
     // SAFETY: `kernel` checked the CPU features; the asserts above bound every read and
     // write the kernels make.
-    unsafe { by_kind!(w.kind, passes(w, x, sums, rows, out)) }
+    unsafe { by_kind!(w.kind, passes(w, x, sums, rows, out, again)) }
+}
+
+/// Whether [`passes`] unpacks a panel of kind `K` once into [`UNPACKED`] when more than
+/// one pass reads it: the kinds whose groups cost most to unpack. The 5-bit kinds' and
+/// Q6_K's bit planes took a quarter of a Q5_K prefill product unpacked in every pass
+/// (`[64, 2048] × [8192, 2048]`: 6.3 ms, 4.8 without the fifth bits); IQ4's lookup 8 %.
+const fn unpacks_once(kind: u8) -> bool {
+    matches!(kind, Q5_0 | Q5_1 | Q5K | Q6K | IQ4NL | IQ4XS)
+}
+
+thread_local! {
+    /// This thread's last panel unpacked by [`passes`]: its quants' address and length,
+    /// and its groups in the order [`rows_of`] reads them (block, half, group).
+    /// [`super::for_panels`] calls a panel's row groups one after another on one
+    /// thread and says so (`again`), so the later calls read the groups the first left.
+    static UNPACKED: std::cell::RefCell<(usize, usize, Vec<__m256i>)> =
+        const { std::cell::RefCell::new((0, 0, Vec::new())) };
 }
 
 /// The passes over `rows` activation rows, [`rows_per_pass`] at a time (a constant per
@@ -70,28 +90,77 @@ unsafe fn passes<const K: u8>(
     sums: &[i16],
     rows: usize,
     out: &mut [f32],
+    again: bool,
 ) {
     let most = const { rows_per_pass(K) };
-    if rows == 1 {
+    if rows == 1 && !again {
         // One row (decode): both halves in one pass over the block, so each block's
         // loads and arithmetic are in flight together and the loop runs once (decision
         // 127).
-        rows_of::<1, K, 2>(w, x, sums, 0, 0, out);
+        rows_of::<1, K, 2, false>(w, x, sums, std::ptr::null(), 0, 0, out);
         return;
     }
+    if !unpacks_once(K) || (rows <= most && !again) {
+        return passes_of::<K, false>(w, x, sums, std::ptr::null(), rows, out);
+    }
+    UNPACKED.with_borrow_mut(|(at, len, groups)| {
+        let key = (w.qs.as_ptr() as usize, w.qs.len());
+        if !again || (*at, *len) != key {
+            unpack::<K>(w, groups);
+            (*at, *len) = key;
+        }
+        passes_of::<K, true>(w, x, sums, groups.as_ptr(), rows, out);
+    });
+}
+
+/// `groups` = every group of the panel, in [`UNPACKED`]'s order.
+///
+/// # Safety
+/// The CPU must have AVX2; `K` must be `w.kind`'s constant.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack<const K: u8>(w: Panel<'_>, groups: &mut Vec<__m256i>) {
+    groups.clear();
+    groups.reserve(w.nb * 2 * 8);
+    let unpacking = Unpacking::new();
+    for b in 0..w.nb {
+        for h in 0..2 {
+            let qs = w.qs.as_ptr().add(b * w.kind.panel_qs() + 32 * h);
+            for g in 0..8 {
+                groups.push(group_of::<K>(qs, g, unpacking));
+            }
+        }
+    }
+}
+
+/// [`passes`]' passes of more than one row (or of a row on an unpacked panel), reading
+/// the groups from `unpacked` where `PRE`.
+///
+/// # Safety
+/// As [`rows_of`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn passes_of<const K: u8, const PRE: bool>(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i16],
+    unpacked: *const __m256i,
+    rows: usize,
+    out: &mut [f32],
+) {
+    let most = const { rows_per_pass(K) };
     let mut r0 = 0;
     while r0 < rows {
         let g = most.min(rows - r0);
         for h in 0..2 {
+            let u = unpacked;
             match g {
-                1 => rows_of::<1, K, 1>(w, x, sums, r0, h, out),
-                2 => rows_of::<2, K, 1>(w, x, sums, r0, h, out),
-                3 => rows_of::<3, K, 1>(w, x, sums, r0, h, out),
-                4 => rows_of::<4, K, 1>(w, x, sums, r0, h, out),
-                5 if most >= 5 => rows_of::<5, K, 1>(w, x, sums, r0, h, out),
-                6 if most >= 6 => rows_of::<6, K, 1>(w, x, sums, r0, h, out),
-                7 if most >= 7 => rows_of::<7, K, 1>(w, x, sums, r0, h, out),
-                8 if most >= 8 => rows_of::<8, K, 1>(w, x, sums, r0, h, out),
+                1 => rows_of::<1, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                2 => rows_of::<2, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                3 => rows_of::<3, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                4 => rows_of::<4, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                5 if most >= 5 => rows_of::<5, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                6 if most >= 6 => rows_of::<6, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                7 if most >= 7 => rows_of::<7, K, 1, PRE>(w, x, sums, u, r0, h, out),
+                8 if most >= 8 => rows_of::<8, K, 1, PRE>(w, x, sums, u, r0, h, out),
                 _ => {}
             }
         }
@@ -111,10 +180,11 @@ unsafe fn passes<const K: u8>(
 // Each instance compiled on its own: inlined into `passes`, the one-row decode loops
 // ran 5 to 10 % slower (IQ4_XS, Q5_K, Q6_K [1, 2048] × [8192, 2048], 3 rounds).
 #[inline(never)]
-unsafe fn rows_of<const G: usize, const K: u8, const H: usize>(
+unsafe fn rows_of<const G: usize, const K: u8, const H: usize, const PRE: bool>(
     w: Panel<'_>,
     x: &[BlockQ8],
     sums: &[i16],
+    unpacked: *const __m256i,
     r0: usize,
     h0: usize,
     out: &mut [f32],
@@ -131,10 +201,7 @@ unsafe fn rows_of<const G: usize, const K: u8, const H: usize>(
         _mm256_cvtepi8_epi16(_mm_loadu_si128(at.cast()))
     };
     let even = |p: __m256i| _mm256_srai_epi32::<16>(_mm256_slli_epi32::<16>(p));
-    let low = _mm256_set1_epi8(0x0F);
-    // IQ4_VALUES, signed: the weights' signs go onto the activations as for Q8_0.
-    let iq4 = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast()));
-    let flip = _mm256_set1_epi8(0x80u8 as i8);
+    let unpacking = Unpacking::new();
     let ones = _mm256_set1_epi16(1);
     let parts = w.kind.sums_per_block();
     let (xp, sp) = (x.as_ptr().add(r0 * nb), sums.as_ptr().add(r0 * nb * parts));
@@ -154,52 +221,12 @@ unsafe fn rows_of<const G: usize, const K: u8, const H: usize>(
             let pair = |v: &[u8], j: usize| pair_of(v, j, h);
             let acc = &mut acc_h[hi];
             let sums_k = &mut sums_h[hi];
+            // Group g of the block's 8 rows as bytes: unpacked now, or by an earlier call
+            // on this panel (`unpacked`, [`UNPACKED`]'s order).
             let qs = w.qs.as_ptr().add(b * w.kind.panel_qs() + 32 * h);
-            let load = |g: usize| _mm256_loadu_si256(qs.add(64 * g).cast());
-            // Group g of the block's 8 rows as bytes. Nibbles: groups 0..4 are the low
-            // nibbles of the four stored groups, 4..8 the high ones (elements 16 + 4(g − 4)..).
-            // Q8_0: the stored `q + 128` back to `q`.
-            let group = |g: usize| {
-                if K == Q8_0 {
-                    return _mm256_xor_si256(load(g), flip);
-                }
-                let raw = load(g % 4);
-                let nibbles = if g < 4 {
-                    _mm256_and_si256(raw, low)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low)
-                };
-                if K == Q6K {
-                    // Group g's top bits sit at bits 2(g % 4) of plane g / 4: moved to bits
-                    // 4..6 (16-bit shifts; what crosses a byte is masked off).
-                    let p = load(4 + g / 4);
-                    let bits = match g % 4 {
-                        0 => _mm256_slli_epi16::<4>(p),
-                        1 => _mm256_slli_epi16::<2>(p),
-                        2 => p,
-                        _ => _mm256_srli_epi16::<2>(p),
-                    };
-                    _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)))
-                } else if K == Q5K || K == Q5_0 || K == Q5_1 {
-                    // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
-                    let plane = load(4);
-                    let bits = match g {
-                        0 => _mm256_slli_epi16::<4>(plane),
-                        1 => _mm256_slli_epi16::<3>(plane),
-                        2 => _mm256_slli_epi16::<2>(plane),
-                        3 => _mm256_slli_epi16::<1>(plane),
-                        4 => plane,
-                        5 => _mm256_srli_epi16::<1>(plane),
-                        6 => _mm256_srli_epi16::<2>(plane),
-                        _ => _mm256_srli_epi16::<3>(plane),
-                    };
-                    _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
-                } else if K == IQ4NL || K == IQ4XS {
-                    // Each nibble looked up in the 16 values (per 128-bit lane).
-                    _mm256_shuffle_epi8(iq4, nibbles)
-                } else {
-                    nibbles
-                }
+            let group = |g: usize| match PRE {
+                true => _mm256_load_si256(unpacked.add((2 * b + h) * 8 + g)),
+                false => group_of::<K>(qs, g, unpacking),
             };
             // Row i's 4 bytes of group g, broadcast.
             let bcast = |i: usize, g: usize| {
@@ -375,5 +402,82 @@ unsafe fn rows_of<const G: usize, const K: u8, const H: usize>(
                 *acc,
             );
         }
+    }
+}
+
+/// The registers [`group_of`] unpacks with, made once per pass.
+#[derive(Clone, Copy)]
+struct Unpacking {
+    low: __m256i,
+    flip: __m256i,
+    iq4: __m256i,
+}
+
+impl Unpacking {
+    /// The masks and the IQ4 table.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline(always)]
+    unsafe fn new() -> Unpacking {
+        Unpacking {
+            low: _mm256_set1_epi8(0x0F),
+            flip: _mm256_set1_epi8(0x80u8 as i8),
+            // IQ4_VALUES, signed: the weights' signs go onto the activations as for Q8_0.
+            iq4: _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr().cast())),
+        }
+    }
+}
+
+/// Group `g` (4 weights) of a block's half (8 rows) whose stored groups start at `qs`,
+/// as bytes, one 32-bit lane a row. Nibbles: groups 0..4 are the low nibbles of the
+/// four stored groups, 4..8 the high ones (elements 16 + 4(g − 4)..). Q8_0: the stored
+/// `q + 128` back to `q`.
+///
+/// # Safety
+/// The CPU must have AVX2; `qs` must be a half's groups of a block of kind `K`.
+#[inline(always)]
+unsafe fn group_of<const K: u8>(qs: *const u8, g: usize, u: Unpacking) -> __m256i {
+    let load = |g: usize| _mm256_loadu_si256(qs.add(64 * g).cast());
+    if K == Q8_0 {
+        return _mm256_xor_si256(load(g), u.flip);
+    }
+    let low = u.low;
+    let raw = load(g % 4);
+    let nibbles = if g < 4 {
+        _mm256_and_si256(raw, low)
+    } else {
+        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), low)
+    };
+    if K == Q6K {
+        // Group g's top bits sit at bits 2(g % 4) of plane g / 4: moved to bits 4..6
+        // (16-bit shifts; what crosses a byte is masked off).
+        let p = load(4 + g / 4);
+        let bits = match g % 4 {
+            0 => _mm256_slli_epi16::<4>(p),
+            1 => _mm256_slli_epi16::<2>(p),
+            2 => p,
+            _ => _mm256_srli_epi16::<2>(p),
+        };
+        _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)))
+    } else if K == Q5K || K == Q5_0 || K == Q5_1 {
+        // Group g's fifth bits sit at bit g of the plane: moved to bit 4.
+        let plane = load(4);
+        let bits = match g {
+            0 => _mm256_slli_epi16::<4>(plane),
+            1 => _mm256_slli_epi16::<3>(plane),
+            2 => _mm256_slli_epi16::<2>(plane),
+            3 => _mm256_slli_epi16::<1>(plane),
+            4 => plane,
+            5 => _mm256_srli_epi16::<1>(plane),
+            6 => _mm256_srli_epi16::<2>(plane),
+            _ => _mm256_srli_epi16::<3>(plane),
+        };
+        _mm256_or_si256(nibbles, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
+    } else if K == IQ4NL || K == IQ4XS {
+        // Each nibble looked up in the 16 values (per 128-bit lane).
+        _mm256_shuffle_epi8(u.iq4, nibbles)
+    } else {
+        nibbles
     }
 }

@@ -27,7 +27,7 @@ pub(super) fn kernel() -> Option<PanelFn> {
 }
 
 /// Safe entry point: only handed out by [`kernel`] after the features were detected.
-fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]) {
+fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32], _again: bool) {
     let parts = w.kind.sums_per_block();
     assert!(rows <= ROW_GROUP && x.len() >= rows * w.nb && sums.len() >= rows * w.nb * parts);
     assert!(out.len() >= rows * PANEL && w.is_whole() && !w.kind.is_float());

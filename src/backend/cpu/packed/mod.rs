@@ -717,9 +717,11 @@ impl Activations {
     }
 }
 
-/// `panel(p, x, sums, rows, out)`: `out[i·PANEL + r] = w row (16p + r) · x row i`, with
-/// `sums` [`Activations`]' for those rows.
-type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i16], usize, &mut [f32]);
+/// `panel(p, x, sums, rows, out, again)`: `out[i·PANEL + r] = w row (16p + r) · x row
+/// i`, with `sums` [`Activations`]' for those rows; `again` when this call follows one
+/// on the same panel on this thread (the next group of rows, [`for_panels`]), so what
+/// the kernel derived from the panel then may be read again.
+type PanelFn = fn(Panel<'_>, &[BlockQ8], &[i16], usize, &mut [f32], bool);
 
 /// The packed kernel of this CPU, if it has one: AVX-512 with VNNI, else AVX2.
 fn kernel() -> Option<PanelFn> {
@@ -840,7 +842,7 @@ fn matmul_with(
     let rows: Vec<usize> = ws.iter().map(|w| w.n).collect();
     for_panels(m, &rows, outs, ROW_GROUP, |i, p, r0, rows, o| {
         let (xb, sums) = acts.rows(r0..r0 + rows);
-        kernel(ws[i].panel(p), xb, sums, rows, o);
+        kernel(ws[i].panel(p), xb, sums, rows, o, r0 > 0);
     });
     Ok(())
 }
@@ -848,7 +850,9 @@ fn matmul_with(
 /// Runs `panel(i, p, r0, rows, o)` for every panel `p` of every weight `i` (of `ns[i]`
 /// rows) and every group of up to `group` activation rows from `r0`, `o` being
 /// that group's `rows × PANEL` outputs; all panels of all weights in parallel, each
-/// group's outputs written straight into its columns of `outs[i] [m, ns[i]]`.
+/// group's outputs written straight into its columns of `outs[i] [m, ns[i]]`. A
+/// panel's groups are called one after another on one thread, from `r0 = 0`, with no
+/// other panel between them (what [`PanelFn`]'s `again` relies on).
 ///
 /// Each task owns a run of one weight's panels and, as safe disjoint slices, those
 /// columns of every output row, so no `[panel][m][PANEL]` staging copy is allocated,

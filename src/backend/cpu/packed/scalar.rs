@@ -8,7 +8,14 @@ use crate::backend::cpu::quant::IQ4_VALUES;
 use crate::backend::cpu::simd::{BlockQ8, QK, QK_K};
 
 /// `out[i·PANEL + r] = w row r of the panel · x row i` for `rows` rows of `x`.
-pub(super) fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]) {
+pub(super) fn panel(
+    w: Panel<'_>,
+    x: &[BlockQ8],
+    sums: &[i16],
+    rows: usize,
+    out: &mut [f32],
+    _again: bool,
+) {
     let nb = w.nb;
     let units = w.kind.sums_per_block();
     let half = |v: &[u16], at: usize, r: usize| f16::from_bits(v[at * PANEL + r]).to_f32();
