@@ -36,6 +36,8 @@ const CASES: &[(DType, usize, usize, usize)] = &[
     (DType::Q4K, 1, 2048, 8192),
     (DType::Q4K, 64, 2048, 8192),
     (DType::Q5K, 64, 2048, 8192),
+    (DType::IQ4NL, 64, 576, 1536),
+    (DType::Q5_0, 64, 576, 1536),
     (DType::IQ4XS, 64, 2048, 8192),
     (DType::Q6K, 1, 1536, 576),
     (DType::Q6K, 64, 1536, 576),

@@ -79,7 +79,8 @@ thread_local! {
 
 /// The passes over `rows` activation rows, [`rows_per_pass`] at a time (a constant per
 /// kind, so only those row counts are instantiated), each over both halves in turn;
-/// one row takes both halves in one pass.
+/// one row takes both halves in one pass. A panel that [`unpacks_once`] is unpacked
+/// into [`UNPACKED`] first where more than one pass reads it, or found there `again`.
 ///
 /// # Safety
 /// As [`rows_of`].
@@ -93,14 +94,15 @@ unsafe fn passes<const K: u8>(
     again: bool,
 ) {
     let most = const { rows_per_pass(K) };
-    if rows == 1 && !again {
+    let once = const { unpacks_once(K) };
+    if rows == 1 && !(again && once) {
         // One row (decode): both halves in one pass over the block, so each block's
         // loads and arithmetic are in flight together and the loop runs once (decision
         // 127).
         rows_of::<1, K, 2, false>(w, x, sums, std::ptr::null(), 0, 0, out);
         return;
     }
-    if !unpacks_once(K) || (rows <= most && !again) {
+    if !once || (rows <= most && !again) {
         return passes_of::<K, false>(w, x, sums, std::ptr::null(), rows, out);
     }
     UNPACKED.with_borrow_mut(|(at, len, groups)| {
