@@ -10,11 +10,11 @@
 //! off once per block; Q8_0 and the IQ4 kinds (signed values) move the weights' signs
 //! onto the activations (`vpsignb`) and widen each group to `i32` at once (a pair can
 //! reach 2·128·127). The first pass over a panel asks for its weights and scale entries
-//! ahead, as the AVX-512 kernel does. Where several passes read a panel of a kind whose
-//! groups cost most to unpack (the 5-bit kinds, Q6_K, IQ4), it is unpacked once into
-//! bytes that every pass of every row group then loads. Twin of [`super::scalar`], bit
-//! for bit: the integer dot is exact and the f32 steps are the scalar ones in the same
-//! order.
+//! ahead, as the AVX-512 kernel does. Where several passes read a panel of a kind
+//! whose groups cost most to unpack (the 5-bit kinds, Q6_K, IQ4, Q4_K), it is unpacked
+//! once into bytes that every pass of every row group then loads. Twin of
+//! [`super::scalar`], bit for bit: the integer dot is exact and the f32 steps are the
+//! scalar ones in the same order.
 
 use std::arch::x86_64::*;
 
@@ -64,8 +64,11 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]
 /// one pass reads it: the kinds whose groups cost most to unpack. The 5-bit kinds' and
 /// Q6_K's bit planes took a quarter of a Q5_K prefill product unpacked in every pass
 /// (`[64, 2048] × [8192, 2048]`: 6.3 ms, 4.8 without the fifth bits); IQ4's lookup 8 %.
+/// Q4_K's 64-row products gain 6–8 % and its 16-row ones nothing; Q4_0's and Q4_1's
+/// nibbles cost so little that the 16-row `[16, 576] × [1536, 576]` of batched decode
+/// ran 13 % slower unpacked once, and Q8_0's 16-row head 8 %, so they unpack as they go.
 const fn unpacks_once(kind: u8) -> bool {
-    matches!(kind, Q5_0 | Q5_1 | Q5K | Q6K | IQ4NL | IQ4XS)
+    matches!(kind, Q5_0 | Q5_1 | Q5K | Q6K | IQ4NL | IQ4XS | Q4K)
 }
 
 thread_local! {
