@@ -60,7 +60,7 @@ fn panel(w: Panel<'_>, x: &[BlockQ8], sums: &[i16], rows: usize, out: &mut [f32]
     unsafe { by_kind!(w.kind, passes(w, x, sums, rows, out, again)) }
 }
 
-/// Whether [`passes`] unpacks a panel of kind `K` once into [`UNPACKED`] when more than
+/// Whether [`passes`] unpacks a panel of `kind` once into [`UNPACKED`] when more than
 /// one pass reads it: the kinds whose groups cost most to unpack. The 5-bit kinds' and
 /// Q6_K's bit planes took a quarter of a Q5_K prefill product unpacked in every pass
 /// (`[64, 2048] × [8192, 2048]`: 6.3 ms, 4.8 without the fifth bits); IQ4's lookup 8 %.
