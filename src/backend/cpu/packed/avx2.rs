@@ -101,15 +101,23 @@ unsafe fn passes<const K: u8>(
     if rows == 1 && !(again && once) {
         // One row (decode): both halves in one pass over the block, so each block's
         // loads and arithmetic are in flight together and the loop runs once (decision
-        // 127).
+        // 127). A first group of one row is the product's only one, so no later group
+        // looks for this panel in `UNPACKED`.
         rows_of::<1, K, 2, false>(w, x, sums, std::ptr::null(), 0, 0, out);
         return;
     }
-    if !once || (rows <= most && !again) {
+    if !once {
         return passes_of::<K, false>(w, x, sums, std::ptr::null(), rows, out);
     }
     UNPACKED.with_borrow_mut(|(at, len, groups)| {
         let key = (w.qs.as_ptr() as usize, w.qs.len());
+        if rows <= most && !again {
+            // One pass reads the panel now. Its later row groups, if any, unpack it
+            // themselves: the buffer must not pass for this panel (weights freed since
+            // may have left another panel's bytes at its address).
+            *at = 0;
+            return passes_of::<K, false>(w, x, sums, std::ptr::null(), rows, out);
+        }
         if !again || (*at, *len) != key {
             unpack::<K>(w, groups);
             (*at, *len) = key;

@@ -275,3 +275,44 @@ fn simd_kernels_do_not_saturate_at_extreme_codes() {
         }
     }
 }
+
+/// A panel's later row group finds its bytes unpacked only where its first group
+/// unpacked them: after a first group of one pass (which reads the panel as it goes),
+/// the buffer must not pass for the panel, even where it holds the bytes of an earlier
+/// panel at the same address (weights freed and others packed in their place). Here the
+/// same weight's codes change between the calls, as new weights at its address would.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_rereads_a_panel_its_first_row_group_did_not_unpack() {
+    let Some(simd) = super::avx2::kernel() else {
+        println!("skipped: this CPU lacks AVX2");
+        return;
+    };
+    let (kind, k) = (PackedKind::Q5K, 256);
+    let mut w = PackedWeight::pack(kind, &weights(kind, 16, k, 9), 16, k).unwrap();
+    let x: Vec<f32> = lcg(5, 9 * k).iter().map(|v| v * 2.0 - 1.0).collect();
+    let acts = super::Activations::quantize(&x, 9, k, kind).unwrap();
+    let call = |w: &PackedWeight, kernel: PanelFn, rows: std::ops::Range<usize>, again| {
+        let (xb, sums) = acts.rows(rows.clone());
+        let mut out = vec![0.0f32; rows.len() * PANEL];
+        kernel(w.panel(0), xb, sums, rows.len(), &mut out, again);
+        out
+    };
+    // Eight rows: more than one pass, so the panel is unpacked into the buffer.
+    call(&w, simd, 0..8, false);
+    let codes: &mut [u8] = bytemuck::cast_slice_mut(&mut w.qs[..]);
+    codes
+        .iter_mut()
+        .for_each(|b| *b = b.wrapping_mul(7).wrapping_add(3));
+    // The changed panel's first group of two rows (one pass), then its ninth row.
+    for (rows, again) in [(0..2, false), (8..9, true)] {
+        let got = call(&w, simd, rows.clone(), again);
+        let want = call(&w, scalar::panel, rows.clone(), again);
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "rows {rows:?}: {got:?} vs {want:?}"
+        );
+    }
+}
