@@ -3,7 +3,9 @@
 //! `kernels/cpu_matmul_<dtype>_<m>x<k>x<n>`; throughput is weight bytes per second (decode is
 //! bound by streaming the weights). The same weights serve every iteration, so they sit in
 //! L2/L3 (even the 30 MB head fits a 32 MB L3): these are compute-side figures, above
-//! what decode gets streaming ~96 MB of weights from DRAM per token.
+//! what decode gets streaming ~96 MB of weights from DRAM per token. The
+//! `kernels/stream_*` ids are that decode side: one-row products each on the next of
+//! 128 MiB of copies, so every weight comes from memory.
 
 use std::time::Duration;
 
@@ -117,5 +119,50 @@ fn matmul(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matmul);
+/// `(dtype, k, n)` of the one-row products [`streaming`] times: the default model's
+/// gate/up and down projections and its head, and a 1B-class FFN product.
+const STREAMING: &[(DType, usize, usize)] = &[
+    (DType::Q4_1, 576, 1536),
+    (DType::Q4_1, 1536, 576),
+    (DType::Q8_0, 576, 49152),
+    (DType::Q4K, 2048, 8192),
+];
+
+/// Packed bytes of distinct weights each [`streaming`] case cycles through: 4× a
+/// 32 MiB L3, so every product reads its weight from memory.
+const STREAMING_BYTES: usize = 128 << 20;
+
+/// One-row products (decode) each on the next of many copies of a weight, so that they
+/// stream from memory as a decode step's do; ids `kernels/stream_<dtype>_1x<k>x<n>`,
+/// throughput in weight bytes per second, to set beside `benches/read_bandwidth.rs`.
+fn streaming(c: &mut Criterion) {
+    let cpu = CpuBackend::new(Some(2)).expect("thread pool");
+    let mut group = c.benchmark_group("kernels");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for &(dtype, k, n) in STREAMING {
+        let w = weights(dtype, n, k);
+        let copies = STREAMING_BYTES.div_ceil(w.len());
+        let ws: Vec<_> = (0..copies)
+            .map(|_| cpu.bench_weight((dtype, &w, n, k)).expect("weight"))
+            .collect();
+        let x: Vec<f32> = (0..k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let mut out = vec![0.0f32; n];
+        group.throughput(Throughput::Bytes(w.len() as u64));
+        let id = format!("stream_{}_1x{k}x{n}", dtype.name().to_lowercase());
+        group.bench_function(BenchmarkId::from_parameter(id), |b| {
+            b.iter_custom(|reps| {
+                cpu.bench_matmul_streaming(reps, &x, 1, &ws, &mut out)
+                    .expect("matmul")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matmul, streaming);
 criterion_main!(benches);

@@ -110,6 +110,33 @@ impl CpuBackend {
             Ok(start.elapsed())
         })
     }
+
+    /// As [`Self::bench_matmul`], each repetition on the next of `ws` (round robin) with
+    /// the pool's other workers kept awake, as a partition run keeps them: given more
+    /// weights than the caches hold, every product streams its weight from memory, as
+    /// decode does. Not a stable API.
+    #[doc(hidden)]
+    pub fn bench_matmul_streaming(
+        &self,
+        reps: u64,
+        x: &[f32],
+        m: usize,
+        ws: &[BenchWeight<'_>],
+        out: &mut [f32],
+    ) -> Result<std::time::Duration, BackendError> {
+        self.pool.install(|| {
+            awake::awake(&self.awake, || {
+                let start = std::time::Instant::now();
+                for w in ws.iter().cycle().take(reps as usize) {
+                    match &w.packed {
+                        Some(p) => packed::matmul(x, m, p, out)?,
+                        None => kernels::matmul::matmul(x, m, w.raw, out)?,
+                    }
+                }
+                Ok(start.elapsed())
+            })
+        })
+    }
 }
 
 /// A weight prepared by [`CpuBackend::bench_weight`]: its raw bytes and, where this CPU

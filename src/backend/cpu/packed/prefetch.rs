@@ -19,14 +19,26 @@ pub(super) const PREFETCH_BLOCKS: usize = 16;
 pub(super) const SCALE_AHEAD: usize = 2;
 
 impl Panel<'_> {
-    /// Asks for block `b`'s quants. Past the panel's last block these are the next
-    /// panel's, which comes next in the same task more often than not.
+    /// Asks for block `b`'s quants and, where each block has its own (Q4_0 to Q8_0,
+    /// IQ4_NL), its scale entries: 16 `d` (and Q4_1's and Q5_1's 16 `m`), two blocks to
+    /// a line, streams of their own that the hardware prefetcher alone left a one-row
+    /// product waiting on (asked for, `[1, 576] × [6144, 576]` Q4_1 read 5–10 % faster
+    /// from memory and the Q8_0 head 5–7 %, decision 204). Every block's entry is asked
+    /// for, so every line is, whatever the arrays' alignment. Past the panel's last block
+    /// these are the next panel's, which comes next in the same task more often than
+    /// not.
     #[inline(always)]
     pub(super) fn prefetch_block(&self, b: usize) {
         let bytes = self.kind.panel_qs();
         let at = self.qs.as_ptr().wrapping_add(b * bytes);
         for line in (0..bytes).step_by(64) {
             prefetch_line(at.wrapping_add(line));
+        }
+        if self.kind.blocks_per_scale() == 1 {
+            prefetch_line(self.d.as_ptr().wrapping_add(b * PANEL).cast());
+            if !self.m.is_empty() {
+                prefetch_line(self.m.as_ptr().wrapping_add(b * PANEL).cast());
+            }
         }
     }
 
