@@ -326,6 +326,14 @@ pub trait ByteOwner: AsRef<[u8]> + Send + Sync {
     fn is_file_map(&self) -> bool {
         false
     }
+
+    /// Copies the bytes from `offset` into `buf` without mapping them into this process
+    /// where the owner can (a file map reads its file, `pread`), returning whether it
+    /// did; `false` leaves `buf` to be filled from [`AsRef::as_ref`].
+    fn copy_unmapped(&self, offset: usize, buf: &mut [u8]) -> bool {
+        let _ = (offset, buf);
+        false
+    }
 }
 
 impl ByteOwner for Vec<u8> {}
@@ -370,6 +378,24 @@ impl SharedBytes {
     /// Whether these bytes are read from a file map ([`ByteOwner::is_file_map`]).
     pub fn is_file_map(&self) -> bool {
         self.owner.is_file_map()
+    }
+
+    /// Copies the bytes `range` of these into `buf`: from the file where they are a file
+    /// map, so a lookup of a few rows of a large table maps none of its pages (they
+    /// would stay resident, or cost a fault and a TLB shootdown on every lookup to give
+    /// back: decision 205); from memory otherwise. Returns `false`, copying nothing,
+    /// where the range is not within these or `buf` is not its length.
+    pub fn copy_range(&self, range: std::ops::Range<usize>, buf: &mut [u8]) -> bool {
+        let Some(bytes) = self.as_bytes().get(range.clone()) else {
+            return false;
+        };
+        if buf.len() != bytes.len() {
+            return false;
+        }
+        if !self.owner.copy_unmapped(self.start + range.start, buf) {
+            buf.copy_from_slice(bytes);
+        }
+        true
     }
 
     /// [`Self::release_pages`] for the bytes `range` of these (clipped to them).

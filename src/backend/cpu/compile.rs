@@ -313,9 +313,7 @@ fn run_step(
             .map(|o| view(o, inputs, slots))
             .collect();
         let target = &mut out.as_bytes_mut()[..step.bytes];
-        let result = run_node(step.id, &step.node, &views, target, state);
-        release_looked_up_rows(step, &views);
-        result
+        run_node(step.id, &step.node, &views, target, state)
     };
     slots[step.slot] = out;
     result
@@ -454,49 +452,6 @@ fn run_siblings(
     result
 }
 
-/// After an embedding lookup in a table mapped from the model file, gives the rows it
-/// read back to the operating system. The kernel maps file pages in large folios (up
-/// to 2 MiB per fault here), so a few hundred distinct tokens would otherwise make the
-/// whole table resident, and a tied table counts twice beside the output head's
-/// packed copy (measured: 195 of 215 MB of a 1B model's table resident after 300
-/// tokens). The 2 MiB window around the row goes, since one fault maps a large folio
-/// around it. The pages stay in the page cache; the next lookup maps them again (no
-/// decode slowdown above noise: 135M Q4_1 tg128 236/180/195 against 207/183/194 tok/s
-/// without, interleaved).
-fn release_looked_up_rows(step: &Step, views: &[View<'_>]) {
-    let (Op::Embedding, Some(table), Some(ids)) =
-        (&step.node.op, step.operands.first(), views.get(1))
-    else {
-        return;
-    };
-    let (Source::Weight(host), Some(&d)) = (&table.source, table.shape.dims().last()) else {
-        return;
-    };
-    let Some(row_bytes) = table.dtype.bytes_for(d) else {
-        return;
-    };
-    // The whole aligned window a fault may have mapped, not just the row; each window
-    // once, however many of the step's tokens fall in it (a prompt chunk has many).
-    let mut windows: Vec<usize> = ids
-        .bytes
-        .chunks_exact(4)
-        .filter_map(|id| {
-            let row = i32::from_le_bytes([id[0], id[1], id[2], id[3]]);
-            let start = usize::try_from(row).ok()?.checked_mul(row_bytes)?;
-            Some(start - start % RELEASE_WINDOW)
-        })
-        .collect();
-    windows.sort_unstable();
-    windows.dedup();
-    for window in windows {
-        host.data
-            .release_range(window..window.saturating_add(RELEASE_WINDOW));
-    }
-}
-
-/// The most the kernel maps on one fault of a file page (a 2 MiB large folio).
-const RELEASE_WINDOW: usize = 2 << 20;
-
 /// The bytes behind operand `o`.
 fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) -> View<'a> {
     let bytes = match &o.source {
@@ -507,11 +462,16 @@ fn view<'a>(o: &'a Operand, inputs: &[&'a Tensor], slots: &'a [AlignedBytes]) ->
         Source::Slot(s) => &slots[*s].as_bytes()[..o.bytes],
         Source::Weight(w) => w.data.as_bytes(),
     };
+    let mapped = match &o.source {
+        Source::Weight(w) if w.data.is_file_map() => Some(&w.data),
+        _ => None,
+    };
     View {
         dtype: o.dtype,
         shape: &o.shape,
         bytes,
         packed: o.packed.as_deref(),
+        mapped,
     }
 }
 

@@ -35,7 +35,7 @@ pub(super) fn run_node(
             let (table, ids) = (arg(0)?, arg(1)?.to_i32()?);
             let (rows, d) = matrix_dims(id, &table)?;
             with_f32_out(dtype, out, |o| {
-                embedding(table.bytes, table.dtype, rows, d, &ids, o)
+                embedding(table.bytes, table.mapped, table.dtype, rows, d, &ids, o)
             })
         }
         Op::MatMul => {
@@ -257,6 +257,7 @@ mod tests {
             shape: &shape,
             bytes: &bytes,
             packed: None,
+            mapped: None,
         };
         let node = Node {
             op: Op::Cast,

@@ -7,7 +7,7 @@ use half::{bf16, f16};
 
 use super::packed::PackedWeight;
 use super::quant;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, SharedBytes};
 use crate::graph::{DType, Shape};
 
 /// One operand of a node: its dtype, shape and raw bytes (possibly unaligned weights).
@@ -21,6 +21,9 @@ pub(super) struct View<'a> {
     pub bytes: &'a [u8],
     /// A matmul weight's packed form, when the partition made one.
     pub packed: Option<&'a PackedWeight>,
+    /// A weight's bytes where they are a file map, for ops that read a few rows of
+    /// them from the file rather than through the map (the embedding lookup).
+    pub mapped: Option<&'a SharedBytes>,
 }
 
 impl<'a> View<'a> {
@@ -122,6 +125,7 @@ mod tests {
                 shape: &shape,
                 bytes: &bytes,
                 packed: None,
+                mapped: None,
             };
             assert_eq!(view.to_f32().unwrap().as_ref(), &[1.0, -2.0, 3.0]);
         }
@@ -139,6 +143,7 @@ mod tests {
             shape: &shape,
             bytes: &bytes[1..5],
             packed: None,
+            mapped: None,
         };
         assert_eq!(view.to_f32().unwrap().as_ref(), &[2.5]);
     }
