@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use half::f16;
 use switchyard::backend::cpu::CpuBackend;
 use switchyard::graph::DType;
@@ -91,13 +94,19 @@ fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
     bytes
 }
 
-fn matmul(c: &mut Criterion) {
-    let cpu = CpuBackend::new(Some(2)).expect("thread pool");
+/// The `kernels` group: 20 samples of 2 s after a 0.3 s warm-up.
+fn kernels_group(c: &mut Criterion) -> BenchmarkGroup<'_, WallTime> {
     let mut group = c.benchmark_group("kernels");
     group
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
+    group
+}
+
+fn matmul(c: &mut Criterion) {
+    let cpu = CpuBackend::new(Some(2)).expect("thread pool");
+    let mut group = kernels_group(c);
     for &(dtype, m, k, n) in CASES {
         let w = weights(dtype, n, k);
         let x: Vec<f32> = (0..m * k)
@@ -137,11 +146,7 @@ const STREAMING_BYTES: usize = 128 << 20;
 /// throughput in weight bytes per second, to set beside `benches/read_bandwidth.rs`.
 fn streaming(c: &mut Criterion) {
     let cpu = CpuBackend::new(Some(2)).expect("thread pool");
-    let mut group = c.benchmark_group("kernels");
-    group
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2));
+    let mut group = kernels_group(c);
     for &(dtype, k, n) in STREAMING {
         let w = weights(dtype, n, k);
         let copies = STREAMING_BYTES.div_ceil(w.len());
