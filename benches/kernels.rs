@@ -129,12 +129,19 @@ fn matmul(c: &mut Criterion) {
 }
 
 /// `(dtype, k, n)` of the one-row products [`streaming`] times: the default model's
-/// gate/up and down projections and its head, and a 1B-class FFN product.
+/// gate/up and down projections and its head, the same gate/up in the other per-block
+/// formats, and 1B-class FFN products in a K-quant and in F16 (every one a type the CPU
+/// packs, so each copy is a weight of its own).
 const STREAMING: &[(DType, usize, usize)] = &[
     (DType::Q4_1, 576, 1536),
     (DType::Q4_1, 1536, 576),
     (DType::Q8_0, 576, 49152),
+    (DType::Q4_0, 576, 1536),
+    (DType::Q5_0, 576, 1536),
+    (DType::IQ4NL, 576, 1536),
     (DType::Q4K, 2048, 8192),
+    (DType::Q6K, 2048, 8192),
+    (DType::F16, 2048, 2048),
 ];
 
 /// Packed bytes of distinct weights each [`streaming`] case cycles through: 4× a

@@ -102,10 +102,7 @@ impl CpuBackend {
         self.pool.install(|| {
             let start = std::time::Instant::now();
             for _ in 0..reps {
-                match &w.packed {
-                    Some(p) => packed::matmul(x, m, p, out)?,
-                    None => kernels::matmul::matmul(x, m, w.raw, out)?,
-                }
+                w.matmul(x, m, out)?;
             }
             Ok(start.elapsed())
         })
@@ -128,10 +125,7 @@ impl CpuBackend {
             awake::awake(&self.awake, || {
                 let start = std::time::Instant::now();
                 for w in ws.iter().cycle().take(reps as usize) {
-                    match &w.packed {
-                        Some(p) => packed::matmul(x, m, p, out)?,
-                        None => kernels::matmul::matmul(x, m, w.raw, out)?,
-                    }
+                    w.matmul(x, m, out)?;
                 }
                 Ok(start.elapsed())
             })
@@ -145,6 +139,17 @@ impl CpuBackend {
 pub struct BenchWeight<'a> {
     raw: kernels::matmul::Weight<'a>,
     packed: Option<std::sync::Arc<packed::PackedWeight>>,
+}
+
+impl BenchWeight<'_> {
+    /// `out [m, n] = x [m, k] · wᵀ` by the packed kernel where there is a packed copy,
+    /// else the plain one, as a partition would run it.
+    fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) -> Result<(), BackendError> {
+        match &self.packed {
+            Some(p) => packed::matmul(x, m, p, out),
+            None => kernels::matmul::matmul(x, m, self.raw, out),
+        }
+    }
 }
 
 /// Weights up to this size are copied out of the model file when uploaded.
