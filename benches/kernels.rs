@@ -94,6 +94,13 @@ fn weights(dtype: DType, n: usize, k: usize) -> Vec<u8> {
     bytes
 }
 
+/// `len` deterministic activation values in [-1, 1].
+fn activations(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect()
+}
+
 /// The `kernels` group: 20 samples of 2 s after a 0.3 s warm-up.
 fn kernels_group(c: &mut Criterion) -> BenchmarkGroup<'_, WallTime> {
     let mut group = c.benchmark_group("kernels");
@@ -109,9 +116,7 @@ fn matmul(c: &mut Criterion) {
     let mut group = kernels_group(c);
     for &(dtype, m, k, n) in CASES {
         let w = weights(dtype, n, k);
-        let x: Vec<f32> = (0..m * k)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-            .collect();
+        let x = activations(m * k);
         let mut out = vec![0.0f32; m * n];
         group.throughput(Throughput::Bytes(w.len() as u64));
         let id = format!("cpu_matmul_{}_{m}x{k}x{n}", dtype.name().to_lowercase());
@@ -160,9 +165,7 @@ fn streaming(c: &mut Criterion) {
         let ws: Vec<_> = (0..copies)
             .map(|_| cpu.bench_weight((dtype, &w, n, k)).expect("weight"))
             .collect();
-        let x: Vec<f32> = (0..k)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-            .collect();
+        let x = activations(k);
         let mut out = vec![0.0f32; n];
         group.throughput(Throughput::Bytes(w.len() as u64));
         let id = format!("stream_{}_1x{k}x{n}", dtype.name().to_lowercase());
